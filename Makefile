@@ -1,0 +1,33 @@
+# Set-up and entry points. `make demo` and `make test` each build .venv from scratch if needed.
+# TORCH is the torch requirement installed before the project. The default is the CPU build kept
+# on this project's machines; GPU users pass their own, e.g. `make test TORCH="torch==2.5.1"`,
+# or TORCH= (empty) to keep a torch already in .venv.
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: setup demo test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	if [ -n "$(TORCH)" ]; then $(PIP) install "$(TORCH)"; fi
+	$(PIP) install -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/interp demo --out out
+	@echo "open out/report.html"
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not slow"
+
+clean:
+	rm -rf $(VENV) out

@@ -1,0 +1,88 @@
+"""The offline demo: runs what exists on shipped or locally built models, writes one report.html.
+
+Each section is a function returning report items; later capabilities add sections.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tqdm.auto import tqdm
+
+from interp.hooks import ablate_heads, head_hook_name, hooks
+from interp.model import FAMILIES, ZOO_DIR, build_tiny, describe, load
+from interp.results import Grid
+
+
+def _models(workdir: Path) -> dict[str, str]:
+    """One model spec per family: the zoo's language models where shipped, else tiny random ones."""
+    specs = {}
+    for family in FAMILIES:
+        zoo_name = f"lm-{family}" if family != "bert" else "mlm-bert"
+        if (ZOO_DIR / zoo_name / "config.json").exists():
+            specs[family] = f"zoo:{zoo_name}"
+        else:
+            specs[family] = str(build_tiny(family, workdir / "models" / family, seed=0))
+    return specs
+
+
+def head_ablation_grid(model, tokens: torch.Tensor, correct: int, incorrect: int, name: str) -> Grid:
+    """Logit difference at the last position with each head zero-ablated alone (layer x head)."""
+    def metric(logits: torch.Tensor) -> float:
+        return float((logits[:, -1, correct] - logits[:, -1, incorrect]).mean())
+
+    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
+    with torch.no_grad():
+        base = metric(model(tokens))
+        values = torch.zeros(n_layers, n_heads)
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                with hooks(model, [(head_hook_name(layer, "z"), ablate_heads(head))]):
+                    values[layer, head] = metric(model(tokens)) - base
+    return Grid(
+        values,
+        ("layer", "head"),
+        meta={"model": name, "metric": "logit_diff change", "method": "zero-ablate one head", "baseline": base},
+    )
+
+
+def section_models(workdir: Path) -> list[Any]:
+    import pandas as pd
+
+    from interp import plot
+    from interp.report import Heading
+
+    specs = _models(workdir)
+    rows, items = [], []
+    prompt = "when mary and john went to the store , john gave a drink to"
+    for family, spec in tqdm(specs.items(), desc="demo: models"):
+        model = load(spec)
+        rows.append({"family": family, "spec": Path(spec).name if "/" in spec else spec, **describe(model)})
+        tokens = model.to_tokens(prompt)
+        with torch.no_grad():
+            _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
+        last = model.cfg.n_layers - 1
+        pattern = cache[f"blocks.{last}.attn.hook_pattern"][0]
+        items.append(Heading(f"{family}: attention in the last layer", 3))
+        items.append(plot.attention(pattern, model.to_str_tokens(tokens[0]), causal=family != "bert"))
+        if family != "bert":
+            correct, incorrect = model.to_single_token("mary"), model.to_single_token("john")
+            items.append(head_ablation_grid(model, tokens, correct, incorrect, spec))
+    return [Heading("Models (one per family)"), pd.DataFrame(rows), *items]
+
+
+SECTIONS: list[Callable[[Path], list[Any]]] = [section_models]
+
+
+def run_demo(out: Path) -> Path:
+    from interp import report
+
+    out.mkdir(parents=True, exist_ok=True)
+    items: list[Any] = [
+        "interp demo: every figure below was computed just now, offline, on the models listed.",
+    ]
+    for section in SECTIONS:
+        items.extend(section(out))
+    return report.write(items, out / "report.html", title="interp demo")

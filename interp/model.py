@@ -1,0 +1,300 @@
+"""Loading models as TransformerLens 4.x bridges; the one place that knows TL boot details.
+
+`load(spec)` accepts a Hugging Face hub name, a local HF-format directory, or `zoo:NAME` (a model
+shipped in data/zoo). It returns a `TransformerBridge` in eval mode with
+`enable_compatibility_mode()` applied, so HookedTransformer hook names and numerics hold.
+
+`build_tiny(family, directory)` writes a small random-weight model of one of the five supported
+families (with a local word-level tokenizer) for quick experiments and tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import torch
+
+from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
+
+FAMILIES = ("gpt2", "llama", "gemma2", "qwen2", "bert")
+DECODER_FAMILIES = FAMILIES[:4]
+ZOO_DIR = Path(__file__).resolve().parent.parent / "data" / "zoo"
+_ARCHITECTURES = {
+    "GPT2LMHeadModel": "gpt2",
+    "LlamaForCausalLM": "llama",
+    "Gemma2ForCausalLM": "gemma2",
+    "Qwen2ForCausalLM": "qwen2",
+    "BertForMaskedLM": "bert",
+    "BertModel": "bert",
+}
+# Tokenizer classes that mean "use tokenizer.json as it is"; transformers 5 otherwise picks a
+# class from the model type (Qwen2Tokenizer for qwen2), which mangles a word-level vocabulary.
+_PLAIN_TOKENIZERS = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+
+
+def family_of(config: dict[str, Any]) -> str:
+    """The interp family name ('gpt2', 'llama', ...) of an HF config dict."""
+    for arch in config.get("architectures") or []:
+        if arch in _ARCHITECTURES:
+            return _ARCHITECTURES[arch]
+    model_type = config.get("model_type", "")
+    return model_type if model_type in FAMILIES else model_type or "unknown"
+
+
+def hf_config(
+    family: str,
+    *,
+    vocab_size: int,
+    d_model: int = 32,
+    n_layers: int = 2,
+    n_heads: int = 4,
+    n_kv_heads: int | None = None,
+    d_mlp: int | None = None,
+    n_ctx: int = 64,
+):
+    """An HF config for one of FAMILIES with interp's sizes; n_kv_heads < n_heads gives GQA."""
+    import transformers as hf
+
+    if family not in FAMILIES:
+        raise ValueError(f"family {family!r} is not one of {FAMILIES}")
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+    n_kv = n_heads if n_kv_heads is None else n_kv_heads
+    if n_heads % n_kv:
+        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+    if family in ("gpt2", "bert") and n_kv != n_heads:
+        raise ValueError(f"{family} has no grouped-query attention: n_kv_heads must equal n_heads")
+    d_mlp = 4 * d_model if d_mlp is None else d_mlp
+    ids = dict(bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
+    if family == "gpt2":
+        return hf.GPT2Config(
+            vocab_size=vocab_size, n_positions=n_ctx, n_embd=d_model, n_layer=n_layers,
+            n_head=n_heads, n_inner=d_mlp, **ids,
+        )
+    if family == "bert":
+        return hf.BertConfig(
+            vocab_size=vocab_size, hidden_size=d_model, num_hidden_layers=n_layers,
+            num_attention_heads=n_heads, intermediate_size=d_mlp, max_position_embeddings=n_ctx,
+            pad_token_id=PAD_ID,
+        )
+    common = dict(
+        vocab_size=vocab_size, hidden_size=d_model, intermediate_size=d_mlp,
+        num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv,
+        max_position_embeddings=n_ctx, tie_word_embeddings=False, **ids,
+    )
+    if family == "llama":
+        return hf.LlamaConfig(**common)
+    if family == "qwen2":
+        return hf.Qwen2Config(**common)
+    return hf.Gemma2Config(
+        **common, head_dim=d_model // n_heads, sliding_window=n_ctx, query_pre_attn_scalar=d_model // n_heads
+    )
+
+
+def hf_model_class(family: str):
+    import transformers as hf
+
+    classes = {
+        "gpt2": hf.GPT2LMHeadModel,
+        "llama": hf.LlamaForCausalLM,
+        "gemma2": hf.Gemma2ForCausalLM,
+        "qwen2": hf.Qwen2ForCausalLM,
+        "bert": hf.BertForMaskedLM,
+    }
+    return classes[family]
+
+
+DEFAULT_WORDS = tuple(
+    "the a cat cats dog dogs key keys cabinet cabinets is are runs run sees see to of that "
+    "mary john anna tom went store gave drink , .".split()
+)
+
+
+def save_model_dir(model, tokenizer, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
+    """Write an HF model + tokenizer as safetensors atomically: a temp dir renamed into place."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        cfg_path = tmp / "tokenizer_config.json"
+        tok_cfg = json.loads(cfg_path.read_text())
+        tok_cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
+        cfg_path.write_text(json.dumps(tok_cfg, indent=2))
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return directory
+
+
+def build_tiny(
+    family: str,
+    directory: str | Path,
+    *,
+    words: tuple[str, ...] = DEFAULT_WORDS,
+    seed: int = 0,
+    **sizes: Any,
+) -> Path:
+    """Write a random-weight model of `family` with a word-level tokenizer into `directory`.
+
+    `sizes` are hf_config's keywords (d_model, n_layers, n_heads, n_kv_heads, d_mlp, n_ctx).
+    LLaMA and Qwen2 default to grouped-query attention (2 KV heads for 4 query heads).
+    """
+    tokenizer = word_tokenizer(words)
+    if family in ("llama", "qwen2", "gemma2"):
+        sizes.setdefault("n_kv_heads", max(1, sizes.get("n_heads", 4) // 2))
+    config = hf_config(family, vocab_size=len(tokenizer), **sizes)
+    torch.manual_seed(seed)
+    model = hf_model_class(family)(config)
+    return save_model_dir(model, tokenizer, directory)
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A model spec that names nothing loadable here."""
+
+
+def _hub_reachable(timeout: float = 2.0) -> bool:
+    from huggingface_hub import constants
+
+    host = urlparse(constants.ENDPOINT).hostname or ""
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _hub_cached(name: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(name, "config.json"), str)
+
+
+def resolve(spec: str | Path) -> str:
+    """Turn a spec into what `boot_transformers` takes: a local directory path or a hub name."""
+    spec_str = str(spec)
+    if spec_str.startswith("zoo:"):
+        name = spec_str[4:]
+        path = ZOO_DIR / name
+        if not (path / "config.json").exists():
+            have = sorted(p.name for p in ZOO_DIR.iterdir() if (p / "config.json").exists()) if ZOO_DIR.exists() else []
+            raise ModelNotFoundError(f"zoo model {name!r} not found in {ZOO_DIR}; available: {have or 'none'}")
+        return str(path)
+    path = Path(spec_str).expanduser()
+    if path.exists() or spec_str.startswith((".", "/", "~")):
+        if not path.is_dir():
+            raise ModelNotFoundError(f"{spec_str!r} is not a directory; pass an HF-format model directory")
+        _check_local_dir(path)
+        return str(path)
+    if spec_str.count("/") > 1 or not spec_str:
+        raise ModelNotFoundError(f"{spec_str!r} is neither a local directory, a zoo:NAME, nor a hub name")
+    if not _hub_cached(spec_str) and (os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable()):
+        raise ModelNotFoundError(
+            f"{spec_str!r} is not in the local Hugging Face cache and the hub cannot be reached. "
+            "Pass a local HF-format directory (config.json, model.safetensors, tokenizer files) "
+            "or a shipped model such as 'zoo:lm-gpt2' (see `interp zoo list`)."
+        )
+    return spec_str
+
+
+def _check_local_dir(path: Path) -> None:
+    config = path / "config.json"
+    if not config.exists():
+        raise ModelNotFoundError(f"{path} has no config.json; an HF-format model directory needs one")
+    try:
+        json.loads(config.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{config} is not valid JSON ({err})") from None
+    weights = list(path.glob("*.safetensors"))
+    if not weights:
+        pickled = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
+        if pickled:
+            raise ValueError(
+                f"{path} holds only pickle checkpoints {pickled}; interp loads weights from "
+                "safetensors only, since unpickling can run arbitrary code. Convert them with "
+                "transformers' save_pretrained(..., safe_serialization=True) in a trusted environment."
+            )
+        raise ModelNotFoundError(f"{path} has no *.safetensors weights")
+
+
+def _local_tokenizer(path: Path):
+    """The word-level zoo tokenizer, loaded as-is when the directory asks for it; else None."""
+    cfg = path / "tokenizer_config.json"
+    if not cfg.exists() or not (path / "tokenizer.json").exists():
+        return None
+    if json.loads(cfg.read_text()).get("tokenizer_class") not in _PLAIN_TOKENIZERS:
+        return None
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast.from_pretrained(str(path), add_bos_token=True)
+
+
+def load(
+    spec: str | Path,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    trust_remote_code: bool = False,
+):
+    """Load `spec` (hub name, local directory, or zoo:NAME) as a bridge in compatibility mode."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    target = resolve(spec)
+    local = Path(target) if Path(target).is_dir() else None
+    kwargs: dict[str, Any] = dict(trust_remote_code=trust_remote_code)
+    if device is not None:
+        kwargs["device"] = device
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    if local is not None:
+        tokenizer = _local_tokenizer(local)
+        if tokenizer is not None:
+            kwargs["tokenizer"] = tokenizer
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            bridge = TransformerBridge.boot_transformers(target, **kwargs)
+            bridge.enable_compatibility_mode(disable_warnings=True)
+    except ModelNotFoundError:
+        raise
+    except Exception as err:
+        raise ValueError(f"could not load {spec!s} ({target}): {type(err).__name__}: {err}") from err
+    if local is not None and "tokenizer" in kwargs:
+        # Zoo models are trained on BOS-prefixed rows in every family; keep to_tokens consistent.
+        bridge.cfg.default_prepend_bos = True
+    bridge.eval()
+    return bridge
+
+
+def describe(model) -> dict[str, Any]:
+    """Family and sizes of a loaded bridge, for `interp info` and model cards."""
+    cfg = model.cfg
+    n_kv = getattr(cfg, "n_key_value_heads", None) or cfg.n_heads
+    hf_cfg = getattr(model.original_model, "config", None)
+    family = family_of(hf_cfg.to_dict()) if hf_cfg is not None else "unknown"
+    return {
+        "family": family,
+        "n_layers": cfg.n_layers,
+        "n_heads": cfg.n_heads,
+        "n_kv_heads": n_kv,
+        "d_model": cfg.d_model,
+        "d_head": cfg.d_head,
+        "d_mlp": getattr(cfg, "d_mlp", None),
+        "d_vocab": cfg.d_vocab,
+        "n_ctx": cfg.n_ctx,
+        "is_causal": family != "bert",
+    }

@@ -1,0 +1,156 @@
+"""The plotting layer: `render(result)` -> plotly Figure for every result type; circuitsvis views.
+
+This is, with report.py, the only module that imports plotly or circuitsvis. A Grid is drawn by
+its number of axes: 1 -> bar chart, 2 -> heatmap, 3 -> faceted heatmaps (one panel per entry of
+the first axis). Axis titles and tick labels come from the Grid itself.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import uuid
+from dataclasses import dataclass
+from functools import singledispatch
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from interp.results import Grid
+
+_DIVERGING = "RdBu"
+_SEQUENTIAL = "Viridis"
+
+
+def _ticks(labels: Sequence[Any]) -> list[str]:
+    # plotly renders a subset of HTML inside text, so token strings are escaped first
+    return [html.escape(str(x)) for x in labels]
+
+
+def _title(grid: Grid) -> str:
+    keys = ("method", "site", "metric", "task", "model")
+    parts = [f"{k}={grid.meta[k]}" for k in keys if k in grid.meta]
+    return html.escape(grid.meta.get("title") or ", ".join(parts) or "Grid")
+
+
+def _color(values: torch.Tensor) -> dict[str, Any]:
+    lo, hi = float(values.min()), float(values.max())
+    if lo < 0 < hi:
+        bound = max(-lo, hi)
+        return dict(color_continuous_scale=_DIVERGING, zmin=-bound, zmax=bound)
+    return dict(color_continuous_scale=_SEQUENTIAL)
+
+
+@singledispatch
+def render(result: Any):
+    """A plotly Figure for any interp result."""
+    raise TypeError(f"no renderer for {type(result).__name__}; expected an interp result such as Grid")
+
+
+@render.register
+def _(grid: Grid):
+    import plotly.express as px
+    import plotly.graph_objects as go
+
+    values = grid.values.float()
+    if grid.values.ndim == 0:
+        raise ValueError("a 0-axis Grid is a scalar; print it instead of plotting")
+    if grid.values.ndim == 1:
+        fig = go.Figure(go.Bar(x=_ticks(grid.labels[0]), y=values.tolist()))
+        fig.update_layout(xaxis_title=grid.axes[0], yaxis_title=grid.meta.get("metric", "value"))
+    elif grid.values.ndim == 2:
+        fig = px.imshow(
+            values.numpy(),
+            x=_ticks(grid.labels[1]),
+            y=_ticks(grid.labels[0]),
+            labels=dict(x=grid.axes[1], y=grid.axes[0], color=grid.meta.get("metric", "value")),
+            aspect="auto",
+            **_color(values),
+        )
+    elif grid.values.ndim == 3:
+        fig = px.imshow(
+            values.numpy(),
+            facet_col=0,
+            facet_col_wrap=min(4, values.shape[0]),
+            x=_ticks(grid.labels[2]),
+            y=_ticks(grid.labels[1]),
+            labels=dict(x=grid.axes[2], y=grid.axes[1], color=grid.meta.get("metric", "value")),
+            aspect="auto",
+            **_color(values),
+        )
+        names = _ticks(grid.labels[0])
+        fig.for_each_annotation(lambda a: a.update(text=f"{grid.axes[0]}={names[int(a.text.split('=')[-1])]}"))
+    else:
+        raise ValueError(
+            f"cannot draw a {values.ndim}-axis Grid {grid.axes}; select or average axes down to 3"
+        )
+    fig.update_layout(title=_title(grid), template="plotly_white")
+    return fig
+
+
+@dataclass(frozen=True)
+class Widget:
+    """A circuitsvis component with its props, renderable in Jupyter and embeddable in a report.
+
+    The props are kept (rather than only the HTML) so a report can load the circuitsvis bundle
+    once and render many widgets against it.
+    """
+
+    element: str
+    props: dict[str, Any]
+
+    def props_json(self) -> str:
+        # json.dumps does not escape '<', so '</script>' in a token would end the script tag
+        text = json.dumps(self.props)
+        return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+    def html(self, bundle: bool = True) -> str:
+        div = f"circuits-vis-{uuid.uuid4().hex[:12]}"
+        js = circuitsvis_bundle() if bundle else ""
+        return (
+            f'<div id="{div}" style="margin: 15px 0;"></div>\n'
+            f"<script>{js}\nCircuitsVis.render({json.dumps(div)}, CircuitsVis.{self.element}, "
+            f"{self.props_json()});</script>"
+        )
+
+    def _repr_html_(self) -> str:
+        return self.html(bundle=True)
+
+
+def circuitsvis_bundle() -> str:
+    """circuitsvis's self-contained browser bundle (defines the global `CircuitsVis`)."""
+    import circuitsvis
+
+    path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
+    return path.read_text(encoding="utf-8").replace("</script>", "<\\/script>")
+
+
+def attention(
+    pattern: torch.Tensor,
+    tokens: Sequence[str],
+    *,
+    head_names: Sequence[str] | None = None,
+    causal: bool = True,
+) -> Widget:
+    """A circuitsvis AttentionHeads view of `pattern` [head, dest, src] (or [dest, src]).
+
+    `tokens` are the token strings, one per position. Pass `causal=False` for encoders.
+    """
+    pattern = torch.as_tensor(pattern).detach().float().cpu()
+    if pattern.ndim == 2:
+        pattern = pattern[None]
+    if pattern.ndim != 3 or pattern.shape[1] != pattern.shape[2]:
+        raise ValueError(f"pattern must be [head, dest, src] with dest == src, got {tuple(pattern.shape)}")
+    if len(tokens) != pattern.shape[-1]:
+        raise ValueError(f"{len(tokens)} tokens for a pattern over {pattern.shape[-1]} positions")
+    names = list(head_names) if head_names is not None else [f"H{h}" for h in range(pattern.shape[0])]
+    if len(names) != pattern.shape[0]:
+        raise ValueError(f"{len(names)} head names for {pattern.shape[0]} heads")
+    props = {
+        "attention": pattern.tolist(),
+        "tokens": [str(t) for t in tokens],
+        "attentionHeadNames": names,
+        "maskUpperTri": causal,
+    }
+    return Widget("AttentionHeads", props)

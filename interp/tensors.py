@@ -1,0 +1,35 @@
+"""Axis vocabulary and jaxtyping aliases shared by every module.
+
+Axis names are fixed once here and used the same way everywhere:
+
+    batch    examples in a task
+    pos      token position (a query position when attention is involved)
+    layer    transformer block index
+    head     query head index (per-head sites); kv_head on GQA key/value sites
+    kv_head  key/value head index (GQA models have fewer of these than query heads)
+    dest     attention destination (query) position
+    src      attention source (key) position
+    d_model  residual-stream width
+    d_head   per-head width
+    d_vocab  vocabulary size
+    rank, k, split, seed, metric, site, unit, model, step, method, strength, quantity
+             sweep axes that results may carry
+"""
+
+from __future__ import annotations
+
+from jaxtyping import Float, Int
+from torch import Tensor
+
+AXES = (
+    "batch", "pos", "layer", "head", "kv_head", "dest", "src", "d_model", "d_head", "d_vocab",
+    "rank", "k", "split", "seed", "metric", "site", "unit", "model", "step", "method",
+    "strength", "quantity",
+)
+
+Tokens = Int[Tensor, "batch pos"]
+Logits = Float[Tensor, "batch pos d_vocab"]
+Resid = Float[Tensor, "batch pos d_model"]
+HeadAct = Float[Tensor, "batch pos head d_head"]
+Pattern = Float[Tensor, "batch head dest src"]
+PerExample = Float[Tensor, " batch"]

@@ -1,0 +1,128 @@
+import json
+import os
+
+import pytest
+import torch
+
+import interp
+from interp.hooks import ablate_heads, head_hook_name, hooks
+from interp.model import FAMILIES, ModelNotFoundError, resolve
+
+PROMPT = "when mary and john went to the store , john gave a drink to"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_load_cache_shapes_and_head_ablation(family, tiny_models):
+    model = tiny_models[family]
+    tokens = model.to_tokens(PROMPT)
+    n_pos = tokens.shape[1]
+    assert n_pos == len(PROMPT.split()) + 1  # one BOS, one token per word
+    logits, cache = model.run_with_cache(tokens)
+    cfg = model.cfg
+    for layer in range(cfg.n_layers):
+        assert cache[f"blocks.{layer}.attn.hook_z"].shape == (1, n_pos, cfg.n_heads, cfg.d_head)
+        assert cache[f"blocks.{layer}.attn.hook_pattern"].shape == (1, cfg.n_heads, n_pos, n_pos)
+    with torch.no_grad():
+        base = model(tokens)
+        with hooks(model, [(head_hook_name(0, "z"), ablate_heads([]))]):
+            unchanged = model(tokens)
+        with hooks(model, [(head_hook_name(0, "z"), ablate_heads(1))]):
+            ablated = model(tokens)
+    assert torch.equal(base, unchanged)
+    assert (base - ablated).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parity_with_plain_bridge(family, tiny_dirs, tiny_models):
+    from transformer_lens.model_bridge import TransformerBridge
+
+    plain = TransformerBridge.boot_transformers(tiny_dirs[family], device="cpu")
+    plain.enable_compatibility_mode(disable_warnings=True)
+    tokens = torch.tensor([[2, 5, 6, 7, 8, 9, 10, 11]])
+    with torch.no_grad():
+        assert torch.allclose(tiny_models[family](tokens), plain(tokens), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family,kv", [("llama", 2), ("qwen2", 2), ("gemma2", 2), ("gpt2", 4)])
+def test_grouped_query_attention_shapes(family, kv, tiny_models):
+    model = tiny_models[family]
+    assert interp.hooks.n_kv_heads(model) == kv
+    _, cache = model.run_with_cache(model.to_tokens("the cat sees the dog"))
+    assert cache["blocks.0.attn.hook_k"].shape[2] == kv
+    assert cache["blocks.0.attn.hook_q"].shape[2] == model.cfg.n_heads
+    assert [interp.hooks.kv_head_of(model, h) for h in range(4)] == ([0, 0, 1, 1] if kv == 2 else [0, 1, 2, 3])
+
+
+def test_describe_and_zoo_prefix(tiny_models):
+    info = interp.describe(tiny_models["llama"])
+    assert info["family"] == "llama" and info["n_kv_heads"] == 2 and info["n_heads"] == 4
+    assert interp.describe(tiny_models["bert"])["is_causal"] is False
+    with pytest.raises(ModelNotFoundError, match="zoo model 'no-such-model' not found"):
+        resolve("zoo:no-such-model")
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="not a directory"):
+        interp.load(tmp_path / "nothing-here")
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        interp.load(tmp_path)
+
+
+def test_corrupt_directory(tiny_dirs, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_dirs["gpt2"], bad)
+    (bad / "model.safetensors").write_bytes(b"\x00garbage" * 10)
+    with pytest.raises(ValueError, match="could not load"):
+        interp.load(bad)
+    (bad / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        interp.load(bad)
+
+
+def test_pickle_only_checkpoint_is_refused(tiny_dirs, tmp_path):
+    import shutil
+
+    d = tmp_path / "pickled"
+    shutil.copytree(tiny_dirs["gpt2"], d)
+    (d / "model.safetensors").unlink()
+    torch.save({"w": torch.zeros(1)}, d / "pytorch_model.bin")
+    with pytest.raises(ValueError, match="safetensors only"):
+        interp.load(d)
+
+
+def test_hub_name_offline_fails_at_once(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFoundError, match="local HF-format directory"):
+        interp.load("some-org/some-model-that-is-not-cached")
+
+
+def test_hub_name_without_network_fails_cleanly(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(interp.model, "_hub_reachable", lambda timeout=2.0: False)
+    with pytest.raises(ModelNotFoundError, match="cannot be reached"):
+        interp.load("gpt2-not-cached-anywhere")
+
+
+def test_trust_remote_code_is_off_by_default():
+    import inspect
+
+    assert inspect.signature(interp.load).parameters["trust_remote_code"].default is False
+
+
+def test_build_tiny_rejects_bad_sizes(tmp_path):
+    with pytest.raises(ValueError, match="family 'mamba'"):
+        interp.build_tiny("mamba", tmp_path / "m")
+    with pytest.raises(ValueError, match="not divisible"):
+        interp.build_tiny("gpt2", tmp_path / "m", d_model=30, n_heads=4)
+    assert not (tmp_path / "m").exists()
+    assert [p for p in tmp_path.iterdir()] == []  # nothing half-written left behind
+
+
+def test_saved_directory_is_safetensors_with_plain_tokenizer(tiny_dirs):
+    files = set(os.listdir(tiny_dirs["qwen2"]))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= files
+    assert not any(f.endswith(".bin") for f in files)
+    tok_cfg = json.loads(open(os.path.join(tiny_dirs["qwen2"], "tokenizer_config.json")).read())
+    assert tok_cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
