@@ -36,6 +36,53 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _zoo_list(args: argparse.Namespace) -> int:
+    from interp.zoo import entries, table
+
+    if args.json:
+        print(json.dumps(entries(), indent=2))
+        return 0
+    rows = table()
+    if not rows:
+        print("no zoo models shipped; train one with `interp zoo train NAME`")
+        return 0
+    import pandas as pd
+
+    print(pd.DataFrame(rows).to_string(index=False))
+    return 0
+
+
+def _zoo_train(args: argparse.Namespace) -> int:
+    from interp.train import RECIPES, train
+
+    if args.name not in RECIPES:
+        raise KeyError(f"no recipe {args.name!r}; recipes: {', '.join(RECIPES)}")
+    card = train(RECIPES[args.name], args.out, steps=args.steps)
+    print(json.dumps({"name": card["name"], "seconds": card["training"]["seconds"], "accuracy": card.get("accuracy")}, indent=2))
+    return 0
+
+
+# `interp repro NAME`: each module defines `repro(progress: bool = True) -> dict` (JSON-able).
+REPROS = {
+    "heuristic-core": "interp.masking",
+    "illusions": "interp.simplify",
+    "cores": "interp.cores",
+    "steering": "interp.steering",
+}
+
+
+def _repro(args: argparse.Namespace) -> int:
+    import importlib
+
+    module = importlib.import_module(REPROS[args.name])
+    result = module.repro(progress=not args.json)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="interp",
@@ -49,6 +96,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="run the offline demo and write report.html")
     p.add_argument("--out", default="out", help="output folder (default: out)")
     p.set_defaults(func=_demo)
+    zoo = sub.add_parser("zoo", help="list or retrain the shipped models").add_subparsers(dest="zoo_command", required=True)
+    p = zoo.add_parser("list", help="the shipped models with their recorded accuracies")
+    p.add_argument("--json", action="store_true", help="print the model cards as JSON")
+    p.set_defaults(func=_zoo_list)
+    p = zoo.add_parser("train", help="retrain one zoo model from scratch on the CPU")
+    p.add_argument("name", help="recipe name, e.g. lm-gpt2 (see `interp zoo list`)")
+    p.add_argument("--out", default=None, help="output directory (default: data/zoo/NAME)")
+    p.add_argument("--steps", type=int, default=None, help="override the step count (smoke runs)")
+    p.set_defaults(func=_zoo_train)
+    p = sub.add_parser("repro", help="reproduce a paper's study at toy scale on the zoo")
+    p.add_argument("name", choices=sorted(REPROS), help="which study")
+    p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
+    p.set_defaults(func=_repro)
     return parser
 
 

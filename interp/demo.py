@@ -52,7 +52,7 @@ def section_models(workdir: Path) -> list[Any]:
     import pandas as pd
 
     from interp import plot
-    from interp.report import Heading
+    from interp.results import Heading
 
     specs = _models(workdir)
     rows, items = [], []
@@ -73,7 +73,45 @@ def section_models(workdir: Path) -> list[Any]:
     return [Heading("Models (one per family)"), pd.DataFrame(rows), *items]
 
 
-SECTIONS: list[Callable[[Path], list[Any]]] = [section_models]
+def section_zoo(workdir: Path) -> list[Any]:
+    import pandas as pd
+
+    from interp.results import Heading
+    from interp.zoo import table
+
+    rows = table()
+    if not rows:
+        return [Heading("Zoo"), "No zoo models are shipped in data/zoo; `interp zoo train NAME` trains one."]
+    return [
+        Heading("Zoo: shipped models and their measured accuracy per split"),
+        "Accuracy columns are the fraction correct on fresh samples of each split (sva: agreeing "
+        "verb form beats the other form; ioi: indirect object beats subject; dyck: closing-bracket "
+        "type; modular: a+b mod p). kl_to_true is the Markov models' mean KL to the true "
+        "next-state distribution, in nats.",
+        pd.DataFrame(rows),
+    ]
+
+
+SECTIONS: list[Callable[[Path], list[Any]]] = [section_zoo, section_models]
+# Each capability module may define `demo_section(workdir: Path) -> list` of report items
+# (results, Heading, str, DataFrame); the demo runs those that exist, in this order.
+PLUGINS = ("interp.patching", "interp.masking", "interp.simplify", "interp.cores", "interp.steering")
+
+
+def _plugin_sections() -> list[Callable[[Path], list[Any]]]:
+    import importlib
+
+    found = []
+    for name in PLUGINS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:
+                raise
+            continue
+        if hasattr(module, "demo_section"):
+            found.append(module.demo_section)
+    return found
 
 
 def run_demo(out: Path) -> Path:
@@ -83,6 +121,6 @@ def run_demo(out: Path) -> Path:
     items: list[Any] = [
         "interp demo: every figure below was computed just now, offline, on the models listed.",
     ]
-    for section in SECTIONS:
+    for section in SECTIONS + _plugin_sections():
         items.extend(section(out))
     return report.write(items, out / "report.html", title="interp demo")

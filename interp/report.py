@@ -9,18 +9,11 @@ once at the top, whatever the number of figures.
 from __future__ import annotations
 
 import html
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 from interp import plot
-from interp.results import write_text_atomic
-
-
-@dataclass(frozen=True)
-class Heading:
-    text: str
-    level: int = 2
+from interp.results import Heading, write_text_atomic
 
 
 _STYLE = """

@@ -24,6 +24,14 @@ def _tick(x: Any) -> str | int | float:
 
 
 @dataclass(frozen=True)
+class Heading:
+    """A section title in a report (a result-free item, so analyses can return it)."""
+
+    text: str
+    level: int = 2
+
+
+@dataclass(frozen=True)
 class Grid:
     """A tensor with one name per axis, tick labels per axis, and metadata.
 

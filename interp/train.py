@@ -1,0 +1,301 @@
+"""Training the zoo: small models of every family on the synthetic tasks, on a laptop CPU.
+
+A `Recipe` fixes everything a model depends on (family, sizes, data, optimiser, steps, seed), so
+`train(RECIPES[name])` retrains it deterministically. Each recipe's data comes from `interp.tasks`;
+the trained model is saved as an HF-format directory with a model card (card.json + README.md)
+recording the measured accuracy on every split (see `interp.zoo`).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from interp.model import ZOO_DIR, hf_config, hf_model_class, save_model_dir
+from interp.tasks import PAD_ID, dyck, english, markov, modular, pad_rows
+
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    family: str
+    task: str  # "english", "dyck", "modular" or "markov": what it is trained on
+    sizes: dict[str, int]
+    steps: int
+    batch: int = 64
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: int = 100
+    seed: int = 0
+    data: dict[str, Any] = field(default_factory=dict)  # task parameters (p, k, m, chain_seed, ...)
+    eval_every: int = 0  # >0: record train/test accuracy (and keep checkpoints) every so many steps
+
+
+_LM = dict(d_model=128, n_layers=4, n_heads=4, d_mlp=256, n_ctx=64)
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in [
+        Recipe("lm-gpt2", "gpt2", "english", _LM, steps=4000, data={"sentences": 60000}),
+        Recipe("lm-llama", "llama", "english", {**_LM, "n_kv_heads": 2}, steps=4000, data={"sentences": 60000}),
+        Recipe("lm-gemma2", "gemma2", "english", _LM, steps=4000, data={"sentences": 60000}),
+        Recipe("lm-qwen2", "qwen2", "english", {**_LM, "n_kv_heads": 2}, steps=4000, data={"sentences": 60000}),
+        Recipe("mlm-bert", "bert", "english", _LM, steps=4000, data={"sentences": 60000, "masked": True}),
+        Recipe(
+            "dyck", "gpt2", "dyck", dict(d_model=32, n_layers=2, n_heads=1, d_mlp=128, n_ctx=64),
+            steps=6000, batch=64, lr=3e-3, data={"k": 20, "m": 10, "sequences": 50000},
+        ),
+        Recipe(
+            "modadd", "gpt2", "modular", dict(d_model=128, n_layers=1, n_heads=4, d_mlp=512, n_ctx=8),
+            steps=1500, batch=0, lr=1e-3, weight_decay=1.0, warmup=10, data={"p": 113, "train_frac": 0.3},
+            eval_every=50,
+        ),
+        *[
+            Recipe(
+                f"markov-s{s}", "gpt2", "markov", dict(d_model=64, n_layers=2, n_heads=4, d_mlp=256, n_ctx=40),
+                steps=1500, seed=s, data={"states": 4, "chain_seed": 0, "length": 32, "sequences": 20000},
+            )
+            for s in range(3)
+        ],
+    ]
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# data: token rows and the tokenizer for each task
+
+
+def _tokenizer(recipe: Recipe):
+    d = recipe.data
+    return {
+        "english": english.tokenizer,
+        "dyck": lambda: dyck.tokenizer(d["k"]),
+        "modular": lambda: modular.tokenizer(d["p"]),
+        "markov": lambda: markov.tokenizer(d["states"]),
+    }[recipe.task]()
+
+
+def _chain(recipe: Recipe) -> markov.MarkovChain:
+    return markov.random_chain(recipe.data["states"], seed=recipe.data["chain_seed"])
+
+
+def training_rows(recipe: Recipe) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs [N, pos], targets [N, pos]) with IGNORE where no loss is taken."""
+    d = recipe.data
+    if recipe.task == "english":
+        rows = pad_rows(english.encode(english.corpus(d["sentences"], seed=recipe.seed)))
+        if d.get("masked"):
+            return rows, rows.clone()  # masking is drawn per batch
+    elif recipe.task == "dyck":
+        rows = pad_rows(dyck.sequences(d["sequences"], split="train", k=d["k"], m=d["m"], seed=0))
+    elif recipe.task == "markov":
+        rows = torch.tensor(markov.sample(_chain(recipe), d["sequences"], d["length"], seed=1000 + recipe.seed))
+    else:
+        task = modular.modular_addition(p=d["p"], split="train", train_frac=d["train_frac"], seed=0)
+        targets = torch.full_like(task.clean, IGNORE)
+        targets[:, -1] = task.correct  # only the answer after "=" is trained
+        return task.clean, targets
+    targets = torch.full_like(rows, IGNORE)
+    targets[:, :-1] = rows[:, 1:]
+    targets[targets == PAD_ID] = IGNORE
+    return rows, targets
+
+
+def _mask_batch(rows: torch.Tensor, gen: torch.Generator, rate: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT-style masking: `rate` of the word tokens become [MASK] and are predicted."""
+    from interp.tasks import MASK_ID
+
+    words = rows > MASK_ID
+    chosen = (torch.rand(rows.shape, generator=gen) < rate) & words
+    inputs = torch.where(chosen, torch.full_like(rows, MASK_ID), rows)
+    targets = torch.where(chosen, rows, torch.full_like(rows, IGNORE))
+    return inputs, targets
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation: accuracy per split, measured on a loaded model (HF module or bridge)
+
+
+def _logits(model, tokens: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(tokens)
+    return out.logits if hasattr(out, "logits") else out
+
+
+def _binary_accuracy(model, task) -> float:
+    from interp.metrics import binary_accuracy
+
+    return float(binary_accuracy(_logits(model, task.clean), task.correct, task.incorrect, task.answer_pos).mean())
+
+
+def evaluate(recipe: Recipe, model, *, seed: int = 12345, n: int = 512) -> dict[str, float]:
+    """Accuracy on every split of the recipe's task, on fresh samples drawn with `seed`."""
+    d = recipe.data
+    if recipe.task == "english":
+        masked = bool(d.get("masked"))
+        out = {s: _binary_accuracy(model, english.sva(n, split=s, seed=seed, masked=masked)) for s in english.SPLITS_SVA}
+        if not masked:
+            for s in english.SPLITS_IOI:
+                out[f"ioi_{s}"] = _binary_accuracy(model, english.ioi(n, split=s, seed=seed))
+        return out
+    if recipe.task == "dyck":
+        out = {}
+        for s in dyck.SPLITS:
+            rows = pad_rows(dyck.sequences(n, split=s, k=d["k"], m=d["m"], seed=seed))
+            t = dyck.closing_targets(rows)
+            keep = t != dyck.IGNORE
+            out[s] = float((_logits(model, rows).argmax(-1)[keep] == t[keep]).float().mean())
+        return out
+    if recipe.task == "modular":
+        return {
+            s: float(_logits(model, (t := modular.modular_addition(p=d["p"], split=s, train_frac=d["train_frac"])).clean)[:, -1].argmax(-1).eq(t.correct).float().mean())
+            for s in modular.SPLITS
+        }
+    chain = _chain(recipe)
+    rows = torch.tensor(markov.sample(chain, n, d["length"], seed=seed))
+    true = markov.true_next_dist(chain, rows).float()
+    first = markov.FIRST_ID
+    logp = _logits(model, rows)[..., first : first + chain.n].log_softmax(-1)
+    kl = (true * (true.clamp_min(1e-12).log() - logp)).sum(-1)[:, :-1].mean()
+    return {"kl_to_true": float(kl)}
+
+
+# ---------------------------------------------------------------------------------------------
+# the training loop
+
+
+def _lr_at(recipe: Recipe, step: int) -> float:
+    return recipe.lr * min(1.0, (step + 1) / max(1, recipe.warmup))
+
+
+def train(
+    recipe: Recipe,
+    out_dir: str | Path | None = None,
+    *,
+    steps: int | None = None,
+    progress: bool = True,
+    evaluate_after: bool = True,
+) -> dict[str, Any]:
+    """Train `recipe` from scratch; save it to `out_dir` (default data/zoo/NAME). Returns its card.
+
+    `steps` overrides the recipe's step count (for smoke tests).
+    """
+    recipe = replace(recipe, steps=steps) if steps is not None else recipe
+    torch.manual_seed(recipe.seed)
+    start = time.time()
+    tokenizer = _tokenizer(recipe)
+    sizes = dict(recipe.sizes)
+    model = hf_model_class(recipe.family)(hf_config(recipe.family, vocab_size=len(tokenizer), **sizes))
+    inputs, targets = training_rows(recipe)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.98))
+    gen = torch.Generator().manual_seed(recipe.seed)
+    history: list[dict[str, float]] = []
+    snapshots: dict[int, dict[str, torch.Tensor]] = {}
+    model.train()
+    bar = tqdm(range(recipe.steps), desc=f"train {recipe.name}", disable=not progress)
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(recipe, step)
+        if recipe.batch:
+            idx = torch.randint(len(inputs), (recipe.batch,), generator=gen)
+            x, y = inputs[idx], targets[idx]
+        else:  # full batch
+            x, y = inputs, targets
+        if recipe.data.get("masked"):
+            x, y = _mask_batch(x, gen)
+        width = int((x != PAD_ID).sum(1).max())  # drop all-padding columns
+        x, y = x[:, :width], y[:, :width]
+        attention_mask = (x != PAD_ID).long()
+        if recipe.task == "modular":  # only the answer position is trained: skip the other logits
+            logits, y = model(input_ids=x, logits_to_keep=1).logits, y[:, -1:]
+        else:
+            logits = model(input_ids=x, attention_mask=attention_mask).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=IGNORE)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 50 == 0:
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+        if recipe.eval_every and (step % recipe.eval_every == 0 or step == recipe.steps - 1):
+            model.eval()
+            history.append({"step": step, "loss": loss.item(), **evaluate(recipe, model)})
+            snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            model.train()
+    model.eval()
+    seconds = time.time() - start
+    card = {
+        "name": recipe.name,
+        "family": recipe.family,
+        "task": recipe.task,
+        "sizes": sizes,
+        "seed": recipe.seed,
+        "training": {
+            "data": recipe.data,
+            "steps": recipe.steps,
+            "batch": recipe.batch or "full",
+            "lr": recipe.lr,
+            "weight_decay": recipe.weight_decay,
+            "seconds": round(seconds, 1),
+            "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        },
+        "recipe": asdict(recipe),
+    }
+    if history:
+        card["history"] = history
+    out_dir = Path(out_dir) if out_dir is not None else ZOO_DIR / recipe.name
+    save_model_dir(model, tokenizer, out_dir)
+    if snapshots:
+        _save_checkpoints(recipe, model, tokenizer, history, snapshots, out_dir)
+    if evaluate_after:
+        from interp.model import load
+
+        card["accuracy"] = evaluate(recipe, load(out_dir))
+    write_card(out_dir, card)
+    return card
+
+
+def grokking_steps(history: list[dict[str, float]], split: str = "test") -> dict[str, int]:
+    """Steps before, at and well after the jump in `split` accuracy (the first step >= 0.9)."""
+    steps = [h["step"] for h in history]
+    jump = next((h["step"] for h in history if h[split] >= 0.9), steps[-1])
+    before = max((h["step"] for h in history if h["step"] < jump and h[split] < 0.5), default=steps[0])
+    return {"before": int(before), "at": int(jump), "after": int(steps[-1])}
+
+
+def _save_checkpoints(recipe, model, tokenizer, history, snapshots, out_dir: Path) -> None:
+    marks = grokking_steps(history)
+    for label, step in marks.items():
+        model.load_state_dict(snapshots[step])
+        extra = {"checkpoint.json": json.dumps({"label": label, "step": step, **next(h for h in history if h["step"] == step)})}
+        save_model_dir(model, tokenizer, out_dir / "checkpoints" / f"{label}", extra)
+    model.load_state_dict(snapshots[history[-1]["step"]])
+
+
+def write_card(out_dir: Path, card: dict[str, Any]) -> None:
+    from interp.results import write_text_atomic
+
+    write_text_atomic(out_dir / "card.json", json.dumps(card, indent=2) + "\n")
+    acc = card.get("accuracy", {})
+    lines = [
+        f"# {card['name']}",
+        "",
+        f"A {card['family']} model ({', '.join(f'{k}={v}' for k, v in card['sizes'].items())}) trained by "
+        f"`interp zoo train {card['name']}` on the synthetic `{card['task']}` task "
+        f"({card['training']['steps']} steps, seed {card['seed']}, {card['training']['seconds']} s on "
+        f"{card['training']['machine']}).",
+        "",
+        "| split | measured |",
+        "|---|---|",
+        *[f"| {k} | {v:.4f} |" for k, v in acc.items()],
+        "",
+    ]
+    write_text_atomic(out_dir / "README.md", "\n".join(lines))
