@@ -90,3 +90,19 @@ def for_task(task, name: str | None = None) -> Metric:
         raise ValueError(f"metric {name!r} is not one of {sorted(per_example)}")
     fn = per_example[name]
     return lambda logits: fn(logits).mean()
+
+
+def token_ids(model, words: list[str] | tuple[str, ...]) -> Tensor:
+    """The single token id of each word (as the model's tokenizer splits it, no BOS).
+
+    Raises ValueError naming a word that is not exactly one token, since a logit difference
+    over a multi-token answer is not one logit.
+    """
+    ids = []
+    for word in words:
+        toks = model.to_tokens(word, prepend_bos=False)[0].tolist()
+        if len(toks) != 1:
+            pieces = model.to_str_tokens(word, prepend_bos=False)
+            raise ValueError(f"answer {word!r} is not a single token: it splits into {len(toks)} tokens {pieces}")
+        ids.append(toks[0])
+    return torch.tensor(ids)

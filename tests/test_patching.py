@@ -1,0 +1,156 @@
+import pytest
+import torch
+from transformer_lens import patching as tlp
+
+import interp
+from interp import patching
+from interp.hooks import hooks, patch_from
+from interp.metrics import token_ids
+
+
+def _pair(seed=0, batch=3, pos=7):
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randint(5, 30, (batch, pos), generator=g)
+    clean[:, 0] = 2
+    corrupt = clean.clone()
+    corrupt[:, 2] = torch.randint(5, 30, (batch,), generator=g)
+    corrupt[:, 4] = torch.randint(5, 30, (batch,), generator=g)
+    return clean, corrupt
+
+
+def metric(logits):
+    return (logits[:, -1, 7] - logits[:, -1, 8]).mean()
+
+
+TL_SITES = [
+    ("resid_pre", True, tlp.get_act_patch_resid_pre),
+    ("resid_mid", True, tlp.get_act_patch_resid_mid),
+    ("attn_out", True, tlp.get_act_patch_attn_out),
+    ("mlp_out", True, tlp.get_act_patch_mlp_out),
+    ("z", True, tlp.get_act_patch_attn_head_out_by_pos),
+    ("z", False, tlp.get_act_patch_attn_head_out_all_pos),
+    ("q", True, tlp.get_act_patch_attn_head_q_by_pos),
+    ("q", False, tlp.get_act_patch_attn_head_q_all_pos),
+    ("k", True, tlp.get_act_patch_attn_head_k_by_pos),
+    ("k", False, tlp.get_act_patch_attn_head_k_all_pos),
+    ("v", True, tlp.get_act_patch_attn_head_v_by_pos),
+    ("v", False, tlp.get_act_patch_attn_head_v_all_pos),
+    ("pattern", True, tlp.get_act_patch_attn_head_pattern_by_pos),
+    ("pattern", False, tlp.get_act_patch_attn_head_pattern_all_pos),
+]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("site,by_pos,tl_fn", TL_SITES, ids=[f"{s}-{'pos' if b else 'all'}" for s, b, _ in TL_SITES])
+def test_equals_transformer_lens(family, site, by_pos, tl_fn, tiny_models):
+    model = tiny_models[family]
+    clean, corrupt = _pair()
+    _, clean_cache = model.run_with_cache(clean)
+    ours = patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, cells_per_forward=5, progress=False)
+    theirs = tl_fn(model, corrupt, clean_cache, metric).detach().cpu()
+    assert ours.values.shape == theirs.shape
+    assert (ours.values - theirs).abs().max() <= 1e-4
+
+
+@pytest.mark.parametrize("site", list(patching.SITES))
+def test_clean_into_clean_and_corrupt_into_corrupt(site, llama):
+    clean, corrupt = _pair(1)
+    with torch.no_grad():
+        clean_value, corrupt_value = float(metric(llama(clean))), float(metric(llama(corrupt)))
+    same = patching.activation_patch(llama, clean, clean, metric, site=site, by_pos=True, progress=False)
+    assert torch.allclose(same.values, torch.full_like(same.values, clean_value), atol=1e-5)
+    noise = patching.activation_patch(llama, corrupt, corrupt, metric, site=site, direction="noise", progress=False)
+    assert torch.allclose(noise.values, torch.full_like(noise.values, corrupt_value), atol=1e-5)
+    assert same.meta["clean_metric"] == pytest.approx(clean_value)
+
+
+def test_noise_is_denoise_with_roles_swapped(gpt2):
+    clean, corrupt = _pair(2)
+    a = patching.activation_patch(gpt2, clean, corrupt, metric, site="z", direction="noise", progress=False)
+    b = patching.activation_patch(gpt2, corrupt, clean, metric, site="z", direction="denoise", progress=False)
+    assert torch.allclose(a.values, b.values)
+
+
+def test_attribution_equals_exact_on_a_linear_model(gpt2):
+    """Fixing the final LayerNorm's scale (its hook_scale) makes the logits an affine function of
+    the last layer's mlp_out; there attribution patching must equal exact patching."""
+    clean, corrupt = _pair(3)
+    fixed = [("ln_final.hook_scale", lambda act, *, hook: torch.full_like(act, 0.5))]
+    with hooks(gpt2, fixed):
+        exact = patching.activation_patch(gpt2, clean, corrupt, metric, site="mlp_out", by_pos=True, progress=False)
+        approx = patching.attribution_patch(gpt2, clean, corrupt, metric, site="mlp_out", by_pos=True)
+    last = exact.values[-1] - exact.meta["corrupt_metric"]
+    assert last[-1].abs() > 1e-5  # the metric reads the last position, so only it moves
+    assert torch.allclose(approx.values[-1], last, rtol=1e-3, atol=1e-8)
+
+
+def test_attribution_tracks_exact_on_a_real_model(gpt2):
+    clean, corrupt = _pair(4)
+    exact = patching.activation_patch(gpt2, clean, corrupt, metric, site="z", progress=False)
+    approx = patching.attribution_patch(gpt2, clean, corrupt, metric, site="z")
+    delta = exact.values - exact.meta["corrupt_metric"]
+    assert approx.axes == exact.axes
+    assert torch.corrcoef(torch.stack([delta.flatten(), approx.values.flatten()]))[0, 1] > 0.9
+
+
+def test_path_patching_matches_a_hand_written_computation(gpt2):
+    clean, corrupt = _pair(5)
+    _, cc = gpt2.run_with_cache(clean)
+    _, kc = gpt2.run_with_cache(corrupt)
+    freeze = [
+        ("blocks.0.attn.hook_z", patch_from(kc["blocks.0.attn.hook_z"], head=1)),
+        ("blocks.1.attn.hook_z", patch_from(cc["blocks.1.attn.hook_z"])),
+        ("blocks.0.hook_mlp_out", patch_from(cc["blocks.0.hook_mlp_out"])),
+        ("blocks.1.hook_mlp_out", patch_from(cc["blocks.1.hook_mlp_out"])),
+    ]
+    seen = {}
+    with torch.no_grad():
+        with hooks(gpt2, freeze + [("blocks.1.attn.hook_q", lambda act, *, hook: seen.setdefault("q", act.clone()))]):
+            direct = float(metric(gpt2(clean)))
+        with hooks(gpt2, [("blocks.1.attn.hook_q", patch_from(seen["q"], head=2))]):
+            via_q = float(metric(gpt2(clean)))
+    to_q = patching.path_patch(gpt2, clean, corrupt, metric, senders=[(0, 1), (0, 3)], receivers=[(1, 2, "q")], progress=False)
+    assert to_q.values[0, 1].item() == pytest.approx(via_q, abs=1e-6)
+    assert torch.isnan(to_q.values[1]).all() and torch.isnan(to_q.values[0, 0])
+    to_logits = patching.path_patch(gpt2, clean, corrupt, metric, progress=False)
+    assert to_logits.values[0, 1].item() == pytest.approx(direct, abs=1e-6)
+
+
+def test_path_patching_handles_gqa(llama):
+    clean, corrupt = _pair(6)
+    g = patching.path_patch(llama, clean, corrupt, metric, receivers=[(1, 1, "k"), (1, 0, "v"), (1, 3, "q")], progress=False)
+    assert g.axes == ("layer", "head") and torch.isfinite(g.values[0]).all()
+    with pytest.raises(IndexError, match="kv head 3"):
+        patching.path_patch(llama, clean, corrupt, metric, receivers=[(1, 3, "k")])
+
+
+def test_accepts_tasks(tiny_models):
+    model = tiny_models["gpt2"]
+    task = interp.Task(
+        name="toy", split="test", clean=_pair()[0], corrupt=_pair()[1],
+        correct=torch.tensor([7, 7, 7]), incorrect=torch.tensor([8, 8, 8]), answer_pos=torch.tensor([6, 6, 6]),
+        text=("a", "b", "c"),
+    )
+    g = patching.activation_patch(model, task, site="resid_pre", progress=False)
+    raw = patching.activation_patch(model, task.clean, task.corrupt, metric, site="resid_pre", progress=False)
+    assert torch.allclose(g.values, raw.values) and g.meta["task"] == "toy"
+    assert patching.attribution_patch(model, task, site="z").axes == ("layer", "head")
+
+
+def test_bad_input_errors(gpt2):
+    clean, corrupt = _pair()
+    with pytest.raises(ValueError, match=r"\(3, 7\).*\(3, 6\)"):
+        patching.activation_patch(gpt2, clean, corrupt[:, :6], metric, site="z")
+    with pytest.raises(ValueError, match="unknown site 'zz'.*resid_pre"):
+        patching.activation_patch(gpt2, clean, corrupt, metric, site="zz")
+    with pytest.raises(ValueError, match="scalar"):
+        patching.activation_patch(gpt2, clean, corrupt, lambda lg: lg[:, -1, 7], site="z")
+    with pytest.raises(ValueError, match="NaN"):
+        patching.activation_patch(gpt2, clean, corrupt, lambda lg: lg.sum() * float("nan"), site="z")
+    with pytest.raises(IndexError, match="layer 5"):
+        patching.path_patch(gpt2, clean, corrupt, metric, senders=[(5, 0)])
+    with pytest.raises(IndexError, match="head 9"):
+        patching.path_patch(gpt2, clean, corrupt, metric, senders=[(0, 9)])
+    with pytest.raises(ValueError, match="'cabinet door' is not a single token"):
+        token_ids(gpt2, ["cabinet", "cabinet door"])
+    assert token_ids(gpt2, ["cabinet", "mary"]).tolist() == [gpt2.to_single_token("cabinet"), gpt2.to_single_token("mary")]
