@@ -62,6 +62,17 @@ def _zoo_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from interp.sweep import run
+
+    summary = run(args.config, args.out, progress=not args.json)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{len(summary['jobs'])} jobs done; results in {args.out}/results.json and {args.out}/report.html")
+    return 0
+
+
 # `interp repro NAME`: each module defines `repro(progress: bool = True) -> dict` (JSON-able).
 REPROS = {
     "heuristic-core": "interp.masking",
@@ -105,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output directory (default: data/zoo/NAME)")
     p.add_argument("--steps", type=int, default=None, help="override the step count (smoke runs)")
     p.set_defaults(func=_zoo_train)
+    p = sub.add_parser("sweep", help="run a TOML list of patching experiments, resumably")
+    p.add_argument("config", help="TOML config with [[experiment]] tables (see examples/)")
+    p.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress bars")
+    p.set_defaults(func=_sweep)
     p = sub.add_parser("repro", help="reproduce a paper's study at toy scale on the zoo")
     p.add_argument("name", choices=sorted(REPROS), help="which study")
     p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")

@@ -77,6 +77,12 @@ def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict
             f"clean tokens {tuple(clean.shape)} and corrupt tokens {tuple(corrupt.shape)} must both be "
             "[batch, pos] with the same shape, so activations align position by position"
         )
+    top = int(max(clean.max(), corrupt.max()))
+    if top >= model.cfg.d_vocab:
+        raise ValueError(
+            f"token id {top} is outside the model's vocabulary (d_vocab={model.cfg.d_vocab}); "
+            "were these tokens made with another model's tokenizer?"
+        )
     device = model.cfg.device
     return clean.to(device), corrupt.to(device), metric, info
 
@@ -274,12 +280,16 @@ def attribution_patch(
     clean_acts = _cache(model, clean, names)
     acts: dict[str, Tensor] = {}
 
-    def keep(act: Tensor, *, hook) -> Tensor:
-        # a fresh view that the forward continues from, so the gradient w.r.t. it is defined
-        acts[hook.name] = act.view_as(act)
-        return acts[hook.name]
+    def keep(name: str) -> Callable:
+        # hook.name may be the canonical alias of `name`, so the key is bound here
+        def hook_fn(act: Tensor, *, hook) -> Tensor:
+            # a fresh view that the forward continues from, so the gradient w.r.t. it is defined
+            acts[name] = act.view_as(act)
+            return acts[name]
 
-    fwd = [(n, keep) for n in names]
+        return hook_fn
+
+    fwd = [(n, keep(n)) for n in names]
     needs_leaf = not any(p.requires_grad for p in model.parameters())
     if needs_leaf:  # frozen weights: start the graph at the embeddings instead
         fwd.insert(0, ("hook_embed", lambda act, *, hook: act.detach().requires_grad_(True)))
@@ -379,10 +389,13 @@ def path_patch(
                 rec_names = sorted({f"blocks.{l}.attn.hook_{w}" for l, _, w in receivers})
                 recorded: dict[str, Tensor] = {}
 
-                def record(act, *, hook):
-                    recorded[hook.name] = act.clone()
+                def record(name):
+                    def hook_fn(act, *, hook):
+                        recorded[name] = act.clone()
 
-                with hooks(model, freeze + [(n, record) for n in rec_names]):
+                    return hook_fn
+
+                with hooks(model, freeze + [(n, record(n)) for n in rec_names]):
                     model(clean.repeat(len(chunk), 1))
                 patch = []
                 for name in rec_names:

@@ -27,3 +27,12 @@ def gpt2(tiny_models):
 @pytest.fixture(scope="session")
 def llama(tiny_models):
     return tiny_models["llama"]
+
+
+@pytest.fixture(scope="session")
+def english_dirs(tmp_path_factory) -> dict[str, str]:
+    """Tiny random models over the synthetic-English vocabulary (so English tasks run on them)."""
+    from interp.tasks import english
+
+    root = tmp_path_factory.mktemp("english")
+    return {f: str(interp.build_tiny(f, root / f, words=english.WORDS, seed=1)) for f in ("gpt2", "llama")}

@@ -1,0 +1,133 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from interp import Grid
+from interp.sweep import ConfigError, load_config, run
+
+CONFIG = """
+[[experiment]]
+name = "heads"
+kind = "activation"
+models = ["{gpt2}", "{llama}"]
+task = "ioi"
+split = "test"
+n = 4
+site = "z"
+
+[[experiment]]
+name = "attr"
+kind = "attribution"
+model = "{gpt2}"
+task = "sva"
+split = "sva_id"
+n = 4
+site = "resid_pre"
+by_pos = true
+
+[[experiment]]
+name = "paths"
+kind = "path"
+model = "{llama}"
+task = "ioi"
+split = "test"
+n = 4
+receivers = [[1, 0, "q"], [1, 1, "k"]]
+
+[[experiment]]
+name = "resid"
+kind = "activation"
+models = ["{gpt2}", "{llama}"]
+task = "sva"
+split = "sva_attractor_mismatch"
+n = 6
+site = "resid_pre"
+by_pos = true
+"""
+
+
+@pytest.fixture
+def config(tmp_path, english_dirs):
+    path = tmp_path / "sweep.toml"
+    path.write_text(CONFIG.format(**english_dirs))
+    return path
+
+
+def _grids(folder: Path) -> dict[str, Grid]:
+    return {p.name: Grid.load(p) for p in sorted((folder / "grids").glob("*.safetensors"))}
+
+
+def _without_seconds(summary):
+    return [{k: v for k, v in job.items() if k != "seconds"} for job in summary["jobs"]]
+
+
+def test_sweep_writes_results_and_report(config, tmp_path):
+    summary = run(config, tmp_path / "out", progress=False)
+    assert summary["complete"] and len(summary["jobs"]) == 6
+    assert (tmp_path / "out" / "report.html").exists()
+    grids = _grids(tmp_path / "out")
+    assert len(grids) == 6 and all(g.meta["model"] for g in grids.values())
+    assert not [p for p in (tmp_path / "out").rglob(".*") if p.is_file()]  # no temp files left
+
+
+def test_sweep_resumes_after_kill_9(config, tmp_path):
+    reference = run(config, tmp_path / "ref", progress=False)
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "interp.cli", "sweep", str(config), "--out", str(out), "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (out / "results.json").exists():
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = json.loads((out / "results.json").read_text())
+    assert 1 <= len(partial["jobs"]) < 6 and not partial["complete"]
+    done_before = {j["job"]: (out / j["file"]).stat().st_mtime_ns for j in partial["jobs"]}
+    resumed = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    summary = json.loads(resumed.stdout)
+    assert summary["complete"] and _without_seconds(summary) == _without_seconds(reference)
+    for job, mtime in done_before.items():  # finished work was not recomputed
+        assert (out / "grids" / f"{job}.safetensors").stat().st_mtime_ns == mtime
+    ref, got = _grids(tmp_path / "ref"), _grids(out)
+    assert ref.keys() == got.keys()
+    for name in ref:
+        assert torch.equal(ref[name].values.nan_to_num(-1), got[name].values.nan_to_num(-1)), name
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda c: c.replace('kind = "attribution"', 'kind = "magic"'), "key 'kind'"),
+        (lambda c: c.replace('site = "z"', 'site = "zz"'), "key 'site'"),
+        (lambda c: c.replace("n = 4\nsite", "n = 4\nsight = 1\nsite", 1), "key 'sight'"),
+        (lambda c: c.replace('split = "sva_id"', 'split = "nope"'), "key 'split'"),
+        (lambda c: c.replace('name = "attr"', 'name = "heads"'), "used twice"),
+        (lambda c: c.replace("n = 6", 'n = "six"'), "key 'n'"),
+        (lambda c: c + "\n[[experiment]]\nname='x'\nkind='path'\nmodel='/no/such/dir'\ntask='ioi'\nsplit='test'\n", "key 'models'"),
+        (lambda c: c + "\nbroken = [", "not valid TOML"),
+    ],
+)
+def test_malformed_config_fails_before_any_model_loads(edit, message, config, monkeypatch):
+    import interp.model
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before validation finished")
+
+    monkeypatch.setattr(interp.model, "load", refuse)
+    config.write_text(edit(config.read_text()))
+    with pytest.raises(ConfigError, match=message):
+        load_config(config)
+
+
+@pytest.mark.slow
+def test_shipped_example_runs_on_the_zoo(tmp_path):
+    example = Path(__file__).parent.parent / "examples" / "ioi_patching.toml"
+    summary = run(example, tmp_path / "ex", progress=False)
+    assert summary["complete"] and len(summary["jobs"]) == 6
