@@ -123,6 +123,7 @@ def save_model_dir(model, tokenizer, directory: str | Path, extra_files: dict[st
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the final folder should be readable like any other
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)

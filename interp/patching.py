@@ -420,3 +420,34 @@ def _receiver_hook(recorded: Tensor, heads: list[int]) -> Callable:
         return out
 
     return hook_fn
+
+
+def demo_section(workdir) -> list:
+    """IOI head patching in two zoo families side by side, and an SVA residual position sweep."""
+    from interp.results import Heading, stack
+    from interp.tasks import make
+    from interp.model import ZOO_DIR, load
+
+    if not all((ZOO_DIR / f"lm-{f}" / "config.json").exists() for f in ("gpt2", "llama")):
+        return []
+    ioi = make("ioi", split="test", n=16, seed=0)
+    grids = [activation_patch(load(f"zoo:lm-{f}"), ioi, site="z", progress=False) for f in ("gpt2", "llama")]
+    side_by_side = stack(grids, "model", ["lm-gpt2", "lm-llama"])
+    sva = make("sva", split="sva_attractor_mismatch", n=256, seed=0)
+    pp = [i for i, kind in enumerate(sva.meta["kind"]) if kind == "pp"]
+    length = max(set(int(sva.answer_pos[i]) for i in pp), key=[int(sva.answer_pos[i]) for i in pp].count)
+    rows = [i for i in pp if int(sva.answer_pos[i]) == length][:16]
+    subset = sva[rows]
+    subset = type(subset)(**{**subset.__dict__, "clean": subset.clean[:, : length + 1], "corrupt": subset.corrupt[:, : length + 1]})
+    resid = activation_patch(load("zoo:lm-gpt2"), subset, site="resid_pre", by_pos=True, progress=False)
+    words = subset.text[0].split()
+    resid = Grid(resid.values, resid.axes, (resid.labels[0], ("BOS", *words)[: length + 1]), {**resid.meta, "title": f"SVA residual patching by position, e.g. '{subset.text[0]}'"})
+    return [
+        Heading("Activation patching"),
+        "IOI (held-out names), clean prompts patched into ABC-corrupted ones, one head's output (hook_z) at a time: "
+        "the logit difference IO - S of each patched run. Two families side by side.",
+        Grid(side_by_side.values, side_by_side.axes, side_by_side.labels, {**side_by_side.meta, "title": "IOI: patch each head's output (logit diff)"}),
+        "Subject-verb agreement with a mismatched prepositional-phrase attractor: the residual stream patched "
+        "from the clean prompt into the one with the subject's number flipped, per layer and position.",
+        resid,
+    ]

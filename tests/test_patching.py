@@ -154,3 +154,17 @@ def test_bad_input_errors(gpt2):
     with pytest.raises(ValueError, match="'cabinet door' is not a single token"):
         token_ids(gpt2, ["cabinet", "cabinet door"])
     assert token_ids(gpt2, ["cabinet", "mary"]).tolist() == [gpt2.to_single_token("cabinet"), gpt2.to_single_token("mary")]
+
+
+def test_attribution_equals_transformer_lens_node_scores(gpt2):
+    from transformer_lens.tools.analysis import attribution_patching as tl_attr
+
+    clean, corrupt = _pair(7)
+    ours = patching.attribution_patch(gpt2, clean, corrupt, metric, site="z")
+    theirs = tl_attr.attribution_patch(gpt2, clean, corrupt, metric)
+    heads = torch.zeros_like(ours.values)
+    for node, score in theirs.node_scores.items():  # TL scores each head per position
+        if node.kind == "attn_head_out":
+            heads[node.layer, node.head] += score
+    assert (heads - ours.values).abs().max() < 1e-6
+    assert ours.values.abs().max() > 1e-5
