@@ -114,6 +114,16 @@ def _plugin_sections() -> list[Callable[[Path], list[Any]]]:
     return found
 
 
+def _circuitsvis_views(item: Any) -> list[Any]:
+    """Attention results also get an interactive circuitsvis view next to their heatmap."""
+    from interp import plot
+    from interp.simplify import AttentionComparison
+
+    if isinstance(item, AttentionComparison):
+        return [plot.attention(item.patterns, list(item.tokens), head_names=list(item.names))]
+    return []
+
+
 def run_demo(out: Path) -> Path:
     from interp import report
 
@@ -122,5 +132,7 @@ def run_demo(out: Path) -> Path:
         "interp demo: every figure below was computed just now, offline, on the models listed.",
     ]
     for section in SECTIONS + _plugin_sections():
-        items.extend(section(out))
+        for item in section(out):
+            items.append(item)
+            items.extend(_circuitsvis_views(item))
     return report.write(items, out / "report.html", title="interp demo")

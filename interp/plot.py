@@ -154,3 +154,101 @@ def attention(
         "maskUpperTri": causal,
     }
     return Widget("AttentionHeads", props)
+
+
+# --- attention simplifiers (interp.simplify) ---------------------------------------------------
+
+from interp.simplify import METRICS as _SIMPLIFY_METRICS  # noqa: E402
+from interp.simplify import QUANTITIES as _SIMPLIFY_QUANTITIES  # noqa: E402
+from interp.simplify import AttentionComparison, Sweep  # noqa: E402
+
+
+@render.register
+def _(sweep: Sweep):
+    """Faithfulness against rank (or k): one line per split, a panel per metric, 95 % CI bars."""
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+    from plotly.subplots import make_subplots
+
+    grid = sweep.grid
+    panels = ("accuracy_simplified", "same_prediction", "js")
+    titles = ("accuracy (dashed: original)", "same prediction", "attention JS (bits)")
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles)
+    x = list(grid.labels[0])
+    q = {name: _SIMPLIFY_QUANTITIES.index(name) for name in ("value", "ci_low", "ci_high")}
+    for s, split in enumerate(grid.labels[1]):
+        color = qualitative.Plotly[s % len(qualitative.Plotly)]
+        for col, metric in enumerate(panels, start=1):
+            v = grid.values[:, s, _SIMPLIFY_METRICS.index(metric)].float()
+            y = v[:, q["value"]]
+            err = dict(type="data", symmetric=False, array=(v[:, q["ci_high"]] - y).tolist(), arrayminus=(y - v[:, q["ci_low"]]).tolist())
+            fig.add_trace(go.Scatter(x=x, y=y.tolist(), mode="lines+markers", name=html.escape(str(split)), legendgroup=str(split),
+                                     showlegend=col == 1, line=dict(color=color), error_y=err), row=1, col=col)
+            if metric == "accuracy_simplified":
+                orig = grid.values[:, s, _SIMPLIFY_METRICS.index("accuracy_original"), q["value"]].float()
+                fig.add_trace(go.Scatter(x=x, y=orig.tolist(), mode="lines", line=dict(color=color, dash="dash"),
+                                         legendgroup=str(split), showlegend=False, hoverinfo="skip"), row=1, col=col)
+    for col in range(1, len(panels) + 1):
+        fig.update_xaxes(title_text=grid.axes[0], type="log" if grid.axes[0] in ("rank", "k") else None, row=1, col=col)
+    heads = grid.meta.get("heads", "")
+    fig.update_layout(title=html.escape(f"{grid.meta.get('method', 'simplifier')} on heads {heads}: faithfulness per split"), template="plotly_white")
+    return fig
+
+
+@render.register
+def _(comparison: AttentionComparison):
+    """Original and simplified attention of one head side by side (use `attention` for circuitsvis)."""
+    import plotly.express as px
+
+    ticks = _ticks(comparison.tokens)
+    fig = px.imshow(comparison.patterns.float().numpy(), facet_col=0, x=ticks, y=ticks, zmin=0, zmax=1,
+                    labels=dict(x="src", y="dest", color="attention"), color_continuous_scale=_SEQUENTIAL)
+    names = _ticks(comparison.names)
+    fig.for_each_annotation(lambda a: a.update(text=names[int(a.text.split("=")[-1])]))
+    fig.update_layout(title=html.escape(f"attention of head {comparison.meta.get('head', '')}"), template="plotly_white")
+    return fig
+
+
+# --- interp.masking results (HeadMask -> heatmap, Study -> ID vs OOD scatter, EffectiveSize -> curve)
+from interp.masking import EffectiveSize, HeadMask, Study  # noqa: E402  (masking imports no plotting)
+
+
+@render.register
+def _(mask: HeadMask):
+    fig = render(mask.to_grid())
+    fig.update_layout(coloraxis_showscale=False)
+    return fig
+
+
+@render.register
+def _(result: Study):
+    import plotly.graph_objects as go
+
+    x, y = result.accuracy(result.id_split), result.accuracy(result.ood_split)
+    sparsity = [m.meta.get("sparsity", float("nan")) for m in result.masks]
+    names = _ticks(result.evaluation.labels[0])
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=x[1:], y=y[1:], mode="markers", name="subnetworks", text=names[1:],
+        marker=dict(size=10, color=sparsity, colorscale=_SEQUENTIAL, showscale=True, colorbar=dict(title="sparsity")),
+    ))
+    fig.add_trace(go.Scatter(x=x[:1], y=y[:1], mode="markers", name="full model", text=names[:1],
+                             marker=dict(size=16, symbol="star", color="crimson")))
+    fig.update_layout(
+        title="subnetworks: in- vs out-of-distribution accuracy", template="plotly_white",
+        xaxis_title=f"accuracy on {html.escape(result.id_split)}", yaxis_title=f"accuracy on {html.escape(result.ood_split)}",
+    )
+    return fig
+
+
+@render.register
+def _(result: EffectiveSize):
+    import plotly.graph_objects as go
+
+    curve = result.curve
+    fig = go.Figure()
+    for j, split in enumerate(_ticks(curve.labels[1])):
+        fig.add_trace(go.Scatter(x=list(curve.labels[0]), y=curve.values[:, j].tolist(), mode="lines+markers", name=split))
+    fig.add_vline(x=result.fraction * curve.meta.get("n_units", 1), line_dash="dash", annotation_text=f"effective size {result.fraction:.2f}")
+    fig.update_layout(title="accuracy vs units kept", xaxis_title="units kept (k)", yaxis_title="accuracy", template="plotly_white")
+    return fig

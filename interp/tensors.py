@@ -14,6 +14,8 @@ Axis names are fixed once here and used the same way everywhere:
     d_vocab  vocabulary size
     rank, k, split, seed, metric, site, unit, model, step, method, strength, quantity
              sweep axes that results may carry
+    other    the second index of a pairwise matrix over the same set as its first axis
+             (e.g. model x other: overlap between subnetworks)
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from torch import Tensor
 AXES = (
     "batch", "pos", "layer", "head", "kv_head", "dest", "src", "d_model", "d_head", "d_vocab",
     "rank", "k", "split", "seed", "metric", "site", "unit", "model", "step", "method",
-    "strength", "quantity",
+    "strength", "quantity", "other",
 )
 
 Tokens = Int[Tensor, "batch pos"]

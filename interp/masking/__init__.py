@@ -1,0 +1,46 @@
+"""Head masking and subnetwork discovery: ablations, learned hard-concrete masks, the heuristic core.
+
+Vocabulary (fixed once here):
+
+    unit     a maskable component: an attention head (layer, head) at its per-head output
+             `blocks.{l}.attn.hook_z` [batch, pos, head, d_head], or an MLP (layer) at
+             `blocks.{l}.hook_mlp_out` [batch, pos, d_model]
+    mask     m in [0, 1] per unit; a masked unit outputs  act * m + ref * (1 - m),
+             i.e. (act - ref) * m + ref, exact at m = 0 and m = 1
+    ref      the reference activation: zero, the mean over a reference set of token rows
+             (per position; positions past the reference width use the mean over all its
+             positions), or the activation of a resampled input (same shape as the input)
+    sparsity the fraction of units whose mask is 0
+
+Three layers, as everywhere in interp: `mask_activation` (pure tensor function), `mask_hook`
+(a TransformerLens hook factory), and analyses that run the model: `apply`, `ablation_scan`,
+`learn_mask`, `subnetworks`, `evaluate`, `study`, `effective_size`. `heuristic_core` and
+`overlap` work on masks alone.
+
+`learn_mask` follows Bhaskar et al. (2024, "The Heuristic Core") and CoFiPruning: one hard-concrete
+gate per unit (log_alpha initialised near 10, stretch l=-0.1, r=1.1, temperature 2/3), frozen
+weights, loss KL(full || masked) at the answer position plus a Lagrangian that holds the expected
+sparsity at a target ramped linearly up to `sparsity`; the returned mask is CoFi's deterministic
+mask (the expected number of zeros taken from the lowest scores), binarised. Every unit counts
+once towards sparsity (a head and an MLP alike).
+"""
+
+
+from interp.masking.learn import (
+    deterministic_gates, hard_concrete_sample, learn_mask, prob_nonzero, subnetworks,
+)
+from interp.masking.mask import (
+    ABLATIONS, Ablation, HeadMask, Reference, ablation_scan, apply, head_site, mask_activation, mask_hook,
+    mask_hooks, mlp_site, references, threads,
+)
+from interp.masking.subnets import (
+    EffectiveSize, Study, demo_section, effective_size, evaluate, heuristic_core, jaccard, overlap, repro,
+    smallest_within, study,
+)
+
+__all__ = [
+    "ABLATIONS", "Ablation", "EffectiveSize", "HeadMask", "Reference", "Study", "ablation_scan", "apply",
+    "demo_section", "deterministic_gates", "effective_size", "evaluate", "hard_concrete_sample", "head_site",
+    "heuristic_core", "jaccard", "learn_mask", "mask_activation", "mask_hook", "mask_hooks", "mlp_site",
+    "overlap", "prob_nonzero", "references", "repro", "smallest_within", "study", "subnetworks", "threads",
+]

@@ -1,0 +1,54 @@
+"""Attention simplifiers (SVD, k-means, one-hot) and their faithfulness split by split.
+
+After Friedman et al., "Interpretability Illusions in the Generalization of Simplified Models"
+(ICML 2024): replace a head's attention by a simpler proxy fitted in distribution, then measure
+how faithful the proxy is on every split, in and out of distribution.
+
+    s = svd(model, (1, 0), fit_rows, rank=4)          # fitted on in-distribution data
+    with s.apply(model):                                # hooks, always removed
+        logits = model(tokens)
+    grid = faithfulness(model, s, {"seen": a, "unseen": b})   # Grid [split, metric, quantity]
+
+Three simplifiers, each a frozen dataclass (data, not closures) that saves to safetensors + JSON:
+
+* `svd`: project each query and key onto its top-`rank` right singular vectors (an affine
+  subspace through the fitted mean when `center=True`), before the scores are formed.
+* `kmeans`: replace each query and each key by its nearest centroid (queries and keys are
+  clustered separately, with scikit-learn's KMeans).
+* `onehot`: replace each attention row by a one-hot at the argmax of its scores (ties go to the
+  earliest source position, torch.argmax's rule). Needs no data.
+
+Where they act: on `hook_q` / `hook_k` ([batch, pos, head, d_head]); on rotary models on
+`hook_rot_q` / `hook_rot_k`, the vectors whose dot products are the scores. On grouped-query
+models keys live on kv heads, so simplifying a head's keys simplifies them for every query head
+of its group (the faithfulness JS is measured on the chosen heads only). One-hot acts on
+`hook_attn_scores` (the argmax keeps score 0, the rest -inf, so the softmax is exactly one-hot).
+
+Data (`Task | Rows`): a `Rows` is token rows with a target token at every scored position (IGNORE
+elsewhere) and each row's length. A Task is scored at its answer position (`Rows.of(task)`).
+Simplifiers are fitted on every position before a row's length; faithfulness compares argmax
+predictions at the scored positions and attention rows at every query position before the length.
+
+Axis vocabulary: heads are (layer, head) pairs; Grids use the axes split, metric, quantity and
+rank or k (see interp.tensors).
+"""
+
+from interp.simplify.core import (
+    BATCH, IGNORE, HeadSpec, Rows, collect, dyck_rows, js_divergence, kmeans_centroids, nearest,
+    onehot_scores, project, svd_basis,
+)
+from interp.simplify.faithfulness import (
+    METRICS, QUANTITIES, AttentionComparison, Sweep, compare_attention, faithfulness, k_sweep, rank_sweep,
+)
+from interp.simplify.simplifiers import (
+    KMeansSimplifier, OneHotSimplifier, Simplifier, SVDSimplifier, kmeans, load, onehot, svd,
+)
+from interp.simplify.study import DYCK_SPLITS, REPRO_KS, REPRO_RANKS, demo_section, repro
+
+__all__ = [
+    "BATCH", "DYCK_SPLITS", "IGNORE", "METRICS", "QUANTITIES", "REPRO_KS", "REPRO_RANKS",
+    "AttentionComparison", "HeadSpec", "KMeansSimplifier", "OneHotSimplifier", "Rows", "SVDSimplifier",
+    "Simplifier", "Sweep", "collect", "compare_attention", "demo_section", "dyck_rows", "faithfulness",
+    "js_divergence", "k_sweep", "kmeans", "kmeans_centroids", "load", "nearest", "onehot", "onehot_scores",
+    "project", "rank_sweep", "repro", "svd", "svd_basis",
+]

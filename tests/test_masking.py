@@ -1,0 +1,258 @@
+"""interp.masking: invariants of masks and ablations, learned masks, a planted subnetwork."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import interp
+from interp import masking
+from interp.masking import HeadMask
+from interp.model import hf_config, hf_model_class, save_model_dir
+from interp.tasks.base import BOS_ID, Task, word_tokenizer
+from interp.model import DEFAULT_WORDS
+
+
+def random_task(model, n: int = 48, length: int = 6, seed: int = 0) -> Task:
+    """Random word rows over the tiny vocabulary; the answer is read at the last position."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.cfg.d_vocab
+    clean = torch.randint(5, vocab, (n, length), generator=g)
+    clean[:, 0] = BOS_ID
+    corrupt = clean.clone()
+    corrupt[:, 1:] = torch.randint(5, vocab, (n, length - 1), generator=g)
+    correct = torch.randint(5, vocab, (n,), generator=g)
+    incorrect = (correct - 5 + 1) % (vocab - 5) + 5
+    return Task("random", "test", clean, corrupt, correct, incorrect, torch.full((n,), length - 1),
+                tuple(str(i) for i in range(n)), metric="logit_diff")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Small models run several times faster on one thread, above all on a shared CPU."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def task(gpt2):
+    return random_task(gpt2)
+
+
+# ---------------------------------------------------------------------------- invariants of apply
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "gemma2", "qwen2", "bert"])
+@pytest.mark.parametrize("ablation", ["mean", "zero", "resample"])
+def test_all_ones_mask_changes_nothing_exactly(tiny_models, family, ablation):
+    model = tiny_models[family]
+    task = random_task(model, n=8)
+    ref = {"mean": task.clean, "zero": None, "resample": task.corrupt}[ablation]
+    with torch.no_grad():
+        base = model(task.clean)
+        with masking.apply(model, HeadMask.full(model), ablation=ablation, reference=ref):
+            masked = model(task.clean)
+    assert torch.equal(base, masked)
+
+
+def test_all_zeros_mask_is_mean_ablation(gpt2, task):
+    """Every head and MLP replaced by its per-position mean, written as plain TL hooks."""
+    L = gpt2.cfg.n_layers
+    sites = [f"blocks.{l}.attn.hook_z" for l in range(L)] + [f"blocks.{l}.hook_mlp_out" for l in range(L)]
+    with torch.no_grad():
+        _, cache = gpt2.run_with_cache(task.clean, names_filter=lambda n: n in sites)
+        means = {s: cache[s].mean(0) for s in sites}  # no padding in these rows
+        expected = gpt2.run_with_hooks(task.clean, fwd_hooks=[(s, lambda a, hook: means[hook.name].expand_as(a).contiguous()) for s in sites])
+        with masking.apply(gpt2, HeadMask.full(gpt2, 0.0), ablation="mean", reference=task.clean):
+            got = gpt2(task.clean)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_zero_mask_on_one_head_matches_hooks_ablate(gpt2, task):
+    mask = HeadMask.full(gpt2, mlps=False).heads.clone()
+    mask[1, 2] = 0.0
+    with torch.no_grad():
+        expected = gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.1.attn.hook_z", interp.hooks.ablate_heads(2))])
+        with masking.apply(gpt2, HeadMask(mask), ablation="zero"):
+            got = gpt2(task.clean)
+    torch.testing.assert_close(got, expected)
+
+
+def test_fractional_mask_interpolates(gpt2, task):
+    act, ref = torch.randn(2, 3, 4, 5), torch.randn(3, 4, 5)
+    m = torch.tensor([0.0, 0.25, 1.0, 0.5])
+    out = masking.mask_activation(act, m, ref)
+    torch.testing.assert_close(out, (act - ref) * m[:, None] + ref)
+    assert torch.equal(out[:, :, 2], act[:, :, 2])
+
+
+def test_hooks_removed_after_error(gpt2, task):
+    with pytest.raises(RuntimeError, match="boom"):
+        with masking.apply(gpt2, HeadMask.full(gpt2, 0.0), ablation="zero"):
+            raise RuntimeError("boom")
+    assert not any(h.fwd_hooks for h in gpt2.hook_dict.values() if hasattr(h, "fwd_hooks"))
+    with torch.no_grad():
+        torch.testing.assert_close(gpt2(task.clean), gpt2(task.clean))
+
+
+def test_ablation_scan_matches_plain_hooks(gpt2, task):
+    grid = masking.ablation_scan(gpt2, task, ablation="zero")
+    assert grid.axes == ("layer", "unit") and grid.shape == (2, 5)
+    metric = interp.metrics.for_task(task)
+    with torch.no_grad():
+        want = float(metric(gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.1.attn.hook_z", interp.hooks.ablate_heads(3))])))
+        mlp = float(metric(gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.0.hook_mlp_out", lambda a, hook: torch.zeros_like(a))])))
+    assert grid.values[1, 3].item() == pytest.approx(want, abs=1e-5)
+    assert grid.values[0, 4].item() == pytest.approx(mlp, abs=1e-5)
+
+
+# ---------------------------------------------------------------------------- the mask as data
+
+
+def test_headmask_save_load_and_grid(tmp_path, gpt2):
+    mask = HeadMask.keeping(gpt2, [(0, 1), (1, 3)], mlps=[1])
+    mask = replace(mask, meta={"seed": 3, "sparsity": 0.7})
+    back = HeadMask.load(mask.save(tmp_path / "m.safetensors"))
+    assert torch.equal(back.heads, mask.heads) and torch.equal(back.mlps, mask.mlps) and back.meta == mask.meta
+    assert back.kept_heads() == [(0, 1), (1, 3)] and back.kept_mlps() == [1]
+    grid = mask.to_grid()
+    assert grid.axes == ("layer", "unit") and grid.labels[1][-1] == "mlp" and grid.shape == (2, 5)
+    assert mask.sparsity == pytest.approx(7 / 10)
+
+
+def test_headmask_rejects_bad_values():
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        HeadMask(torch.full((2, 4), 1.5))
+    with pytest.raises(Exception, match="mlps"):  # jaxtyping catches it first under the test checker
+        HeadMask(torch.ones(2, 4), torch.ones(3))
+
+
+def test_core_and_overlap(gpt2):
+    a = HeadMask.keeping(gpt2, [(0, 1), (1, 3)], mlps=[0])
+    b = HeadMask.keeping(gpt2, [(0, 1), (1, 2)], mlps=[0, 1])
+    assert torch.equal(masking.heuristic_core([a, a, a]).heads, a.heads)
+    assert torch.equal(masking.heuristic_core([a]).mlps, a.mlps)
+    core = masking.heuristic_core([a, b])
+    assert core.kept_heads() == [(0, 1)] and core.kept_mlps() == [0]
+    grid = masking.overlap([a, b])
+    assert grid.axes == ("model", "other")
+    assert grid.values[0, 0] == 1.0 and grid.values[0, 1].item() == pytest.approx(2 / 5)
+    with pytest.raises(ValueError, match="at least one"):
+        masking.heuristic_core([])
+
+
+# ---------------------------------------------------------------------------- learned masks
+
+
+def test_learn_mask_reaches_target_sparsity(gpt2, task):
+    mask = masking.learn_mask(gpt2, task, sparsity=0.5, seed=0, steps=100, batch_size=16)
+    zeros = int((mask.units() == 0).sum())
+    assert abs(zeros - 0.5 * mask.n_units) <= 1
+    assert set(mask.units().unique().tolist()) <= {0.0, 1.0}
+    assert mask.meta["seed"] == 0 and len(mask.meta["log_alpha"]) == mask.n_units
+
+
+def test_learn_mask_forced_units(llama):
+    task = random_task(llama, n=16)
+    mask = masking.learn_mask(llama, task, sparsity=0.5, seed=1, steps=10, batch_size=8,
+                              force_on=[(0, 0), (1, "mlp")], force_off=[(1, 3)])
+    assert mask.heads[0, 0] == 1 and mask.mlps[1] == 1 and mask.heads[1, 3] == 0
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """A 2-layer GPT-2 whose MLPs and all heads but (0, 1) and (1, 2) write nothing: only those
+    two heads can change the output."""
+    tok = word_tokenizer(DEFAULT_WORDS)
+    torch.manual_seed(0)
+    hf = hf_model_class("gpt2")(hf_config("gpt2", vocab_size=len(tok), d_model=32, n_layers=2, n_heads=4))
+    keep = {(0, 1), (1, 2)}
+    d_head = 8
+    with torch.no_grad():
+        for layer, block in enumerate(hf.transformer.h):
+            for head in range(4):
+                rows = slice(head * d_head, (head + 1) * d_head)  # Conv1D weight is [in, out]
+                if (layer, head) in keep:
+                    block.attn.c_proj.weight[rows] *= 40.0
+                else:
+                    block.attn.c_proj.weight[rows] = 0.0
+            block.mlp.c_proj.weight.zero_()
+            block.mlp.c_proj.bias.zero_()
+        hf.transformer.ln_f.weight *= 50.0  # sharp output distributions, so the KL sees the heads
+    path = save_model_dir(hf, tok, tmp_path_factory.mktemp("planted") / "gpt2")
+    return interp.load(path), sorted(keep)
+
+
+def test_planted_heads_are_recovered(planted):
+    model, keep = planted
+    task = random_task(model, n=64, seed=1)
+    mask = masking.learn_mask(model, task, sparsity=0.75, seed=0, steps=100, include_mlps=False, batch_size=32, ablation="zero")
+    assert mask.kept_heads() == keep
+
+
+def test_subnetworks_evaluate_and_study(gpt2, task):
+    masks = masking.subnetworks(gpt2, task, sparsity=0.5, seeds=[0, 1], steps=10, batch_size=8)
+    assert [m.meta["seed"] for m in masks] == [0, 1]
+    grid = masking.evaluate(gpt2, masks, {"a": task, "b": random_task(gpt2, seed=5)})
+    assert grid.axes == ("model", "split", "metric") and grid.shape == (3, 2, 2)
+    assert grid.labels[0][0] == "full" and grid.labels[2] == ("accuracy", "logit_diff")
+    with torch.no_grad():
+        full = float(interp.metrics.for_task(task)(gpt2(task.clean)))
+    assert grid.values[0, 0, 1].item() == pytest.approx(full, abs=1e-5)
+    result = masking.study(gpt2, task, [task], sparsities=(0.5,), seeds=[0, 1], steps=5, batch_size=8)
+    js = result.to_json()
+    assert set(js) >= {"full", "subnetworks", "core"} and len(js["subnetworks"]) == 2
+
+
+def test_effective_size(gpt2, task):
+    eff = masking.effective_size(gpt2, task, [task], tolerance=1.0, sparsities=(0.5,), steps=5, batch_size=8)
+    assert eff.curve.axes == ("k", "split") and eff.curve.labels[0][-1] == 10  # the full model
+    assert eff.fraction == pytest.approx(min(eff.curve.labels[0]) / 10)  # tolerance 1.0 accepts any accuracy
+    assert masking.smallest_within([10, 5, 2], torch.tensor([[0.9], [0.89], [0.5]]), torch.tensor([0.9]), 0.02) == 5
+
+
+def test_renders(gpt2):
+    from interp import plot
+
+    mask = HeadMask.keeping(gpt2, [(0, 1)], mlps=[0])
+    assert plot.render(mask).data
+
+
+# ---------------------------------------------------------------------------- clear errors
+
+
+@pytest.mark.parametrize("bad", [1.0, -0.1, 1.5])
+def test_bad_sparsity(gpt2, task, bad):
+    with pytest.raises(ValueError, match=r"sparsity=.*\[0, 1\)"):
+        masking.learn_mask(gpt2, task, sparsity=bad, steps=1)
+
+
+def test_forced_head_out_of_range(gpt2, task):
+    with pytest.raises(IndexError, match="head 7 is out of range in layer 0"):
+        masking.learn_mask(gpt2, task, sparsity=0.5, steps=1, force_on=[(0, 7)])
+    with pytest.raises(IndexError, match="layer 5 is out of range"):
+        masking.learn_mask(gpt2, task, sparsity=0.5, steps=1, force_off=[(5, 0)])
+
+
+def test_task_without_metric(gpt2, task):
+    bad = replace(task, metric="")
+    with pytest.raises(ValueError, match="no usable metric"):
+        masking.learn_mask(gpt2, bad, sparsity=0.5, steps=1)
+    with pytest.raises(ValueError, match="no usable metric"):
+        masking.ablation_scan(gpt2, bad)
+
+
+def test_reference_errors(gpt2, task):
+    with pytest.raises(ValueError, match="needs reference token rows"):
+        with masking.apply(gpt2, HeadMask.full(gpt2, 0.0), ablation="mean"):
+            pass
+    with pytest.raises(ValueError, match="resample reference has shape"):
+        with masking.apply(gpt2, HeadMask.full(gpt2, 0.0), ablation="resample", reference=task.clean[:4]):
+            gpt2(task.clean)
+    with pytest.raises(ValueError, match=r"mask covers \[layer, head\]"):
+        with masking.apply(gpt2, HeadMask(torch.ones(3, 4)), ablation="zero"):
+            pass
