@@ -39,6 +39,7 @@ class Recipe:
     seed: int = 0
     data: dict[str, Any] = field(default_factory=dict)  # task parameters (p, k, m, chain_seed, ...)
     eval_every: int = 0  # >0: record train/test accuracy (and keep checkpoints) every so many steps
+    schedule: str = "constant"  # learning rate after warmup: "constant" or "cosine" (decays to 0)
 
 
 _LM = dict(d_model=128, n_layers=4, n_heads=4, d_mlp=256, n_ctx=64)
@@ -52,7 +53,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe("mlm-bert", "bert", "english", _LM, steps=4000, data={"sentences": 60000, "masked": True}),
         Recipe(
             "dyck", "gpt2", "dyck", dict(d_model=32, n_layers=2, n_heads=1, d_mlp=128, n_ctx=64),
-            steps=6000, batch=64, lr=3e-3, data={"k": 20, "m": 10, "sequences": 50000},
+            steps=12000, batch=64, lr=3e-3, schedule="cosine", data={"k": 20, "m": 10, "sequences": 50000},
         ),
         Recipe(
             "modadd", "gpt2", "modular", dict(d_model=128, n_layers=1, n_heads=4, d_mlp=512, n_ctx=8),
@@ -174,7 +175,12 @@ def evaluate(recipe: Recipe, model, *, seed: int = 12345, n: int = 512) -> dict[
 
 
 def _lr_at(recipe: Recipe, step: int) -> float:
-    return recipe.lr * min(1.0, (step + 1) / max(1, recipe.warmup))
+    import math
+
+    warm = min(1.0, (step + 1) / max(1, recipe.warmup))
+    if recipe.schedule == "cosine":
+        return recipe.lr * warm * 0.5 * (1 + math.cos(math.pi * step / max(1, recipe.steps)))
+    return recipe.lr * warm
 
 
 def train(
