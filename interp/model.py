@@ -59,8 +59,12 @@ def hf_config(
     n_kv_heads: int | None = None,
     d_mlp: int | None = None,
     n_ctx: int = 64,
+    tie: int = 1,
 ):
-    """An HF config for one of FAMILIES with interp's sizes; n_kv_heads < n_heads gives GQA."""
+    """An HF config for one of FAMILIES with interp's sizes; n_kv_heads < n_heads gives GQA.
+
+    `tie` (1 or 0) ties the unembedding to the embedding (decoders only).
+    """
     import transformers as hf
 
     if family not in FAMILIES:
@@ -77,7 +81,7 @@ def hf_config(
     if family == "gpt2":
         return hf.GPT2Config(
             vocab_size=vocab_size, n_positions=n_ctx, n_embd=d_model, n_layer=n_layers,
-            n_head=n_heads, n_inner=d_mlp, **ids,
+            n_head=n_heads, n_inner=d_mlp, tie_word_embeddings=bool(tie), **ids,
         )
     if family == "bert":
         return hf.BertConfig(
@@ -85,10 +89,12 @@ def hf_config(
             num_attention_heads=n_heads, intermediate_size=d_mlp, max_position_embeddings=n_ctx,
             pad_token_id=PAD_ID,
         )
+    # Embeddings are tied, as in GPT-2 and the small Gemma/Qwen/LLaMA releases: a copying circuit
+    # (IOI's name movers) then generalises to names it never copied in training.
     common = dict(
         vocab_size=vocab_size, hidden_size=d_model, intermediate_size=d_mlp,
         num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv,
-        max_position_embeddings=n_ctx, tie_word_embeddings=False, **ids,
+        max_position_embeddings=n_ctx, tie_word_embeddings=bool(tie), **ids,
     )
     if family == "llama":
         return hf.LlamaConfig(**common)
