@@ -252,3 +252,105 @@ def _(result: EffectiveSize):
     fig.add_vline(x=result.fraction * curve.meta.get("n_units", 1), line_dash="dash", annotation_text=f"effective size {result.fraction:.2f}")
     fig.update_layout(title="accuracy vs units kept", xaxis_title="units kept (k)", yaxis_title="accuracy", template="plotly_white")
     return fig
+
+
+# --- interp.cores results (Operator -> eigenvalues in the complex plane, ValidationBars -> bars)
+from interp.cores import Operator, ValidationBars  # noqa: E402  (cores imports no plotting)
+
+
+@render.register
+def _(op: Operator):
+    """Eigenvalues of a square operator in the complex plane with the unit circle; the reference
+    eigenvalues in `op.meta["reference"]` ([[re, im], ...]), if any, beside them."""
+    import math
+
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    t = [2 * math.pi * i / 200 for i in range(201)]
+    fig.add_trace(go.Scatter(x=[math.cos(a) for a in t], y=[math.sin(a) for a in t], mode="lines",
+                             line=dict(color="lightgray", dash="dot"), name="unit circle", hoverinfo="skip"))
+    ref = op.meta.get("reference")
+    if ref:
+        fig.add_trace(go.Scatter(x=[r[0] for r in ref], y=[r[1] for r in ref], mode="markers", name="reference",
+                                 marker=dict(size=14, symbol="circle-open", color="crimson", line=dict(width=2))))
+    fig.add_trace(go.Scatter(x=op.eig_real.tolist(), y=op.eig_imag.tolist(), mode="markers", name="operator",
+                             marker=dict(size=9, symbol="x", color="royalblue")))
+    title = op.meta.get("title") or f"operator {op.source} -> {op.target}: eigenvalues (R² {op.r2:.3f})"
+    fig.update_layout(title=html.escape(title), xaxis_title="real", yaxis_title="imaginary", template="plotly_white",
+                      yaxis=dict(scaleanchor="x", scaleratio=1))
+    return fig
+
+
+@render.register
+def _(bars: ValidationBars):
+    """One group per intervention: the core beside the random-subspace control (± std)."""
+    import plotly.graph_objects as go
+
+    grid = bars.grid
+    m = grid.labels[2].index(bars.metric)
+    q = {name: grid.labels[1].index(name) for name in ("core", "random_mean", "random_std")}
+    x = _ticks(grid.labels[0])
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=x, y=grid.values[:, q["core"], m].tolist(), name=f"core (k={grid.meta.get('k', '?')})"))
+    fig.add_trace(go.Bar(x=x, y=grid.values[:, q["random_mean"], m].tolist(), name="random subspace, same k",
+                         error_y=dict(type="data", array=grid.values[:, q["random_std"], m].tolist())))
+    chance = grid.meta.get("chance", {}).get(bars.metric)
+    if chance is not None:
+        fig.add_hline(y=chance, line_dash="dash", annotation_text="chance")
+    title = grid.meta.get("title") or f"core validation at {grid.meta.get('site', '')}"
+    fig.update_layout(barmode="group", title=html.escape(title), yaxis_title=html.escape(bars.metric), template="plotly_white")
+    return fig
+
+
+# --- interp.steering results (Comparison -> side-by-side table, Generation -> projection over steps)
+from interp.steering import Comparison, Generation  # noqa: E402  (steering imports no plotting)
+
+_STEER_COLORS = {"agree": "#1a7f37", "flip": "#c2410c"}
+
+
+def _tagged(text: str, tags: Sequence[str]) -> str:
+    words = text.split()
+    return " ".join(
+        f"<b><span style='color:{_STEER_COLORS[t]}'>{html.escape(w)}</span></b>" if t in _STEER_COLORS else html.escape(w)
+        for w, t in zip(words, list(tags) + [""] * (len(words) - len(tags)))
+    )
+
+
+@render.register
+def _(result: Comparison):
+    """Prompts with unsteered and steered continuations; main verbs green (agree) or orange (flipped)."""
+    import plotly.graph_objects as go
+
+    cells = [
+        [html.escape(p) for p in result.prompts],
+        [_tagged(t, g) for t, g in zip(result.unsteered, result.unsteered_tags)],
+        [_tagged(t, g) for t, g in zip(result.steered, result.steered_tags)],
+    ]
+    fig = go.Figure(go.Table(
+        header=dict(values=["prompt", "unsteered", "steered"], align="left", font=dict(size=13)),
+        cells=dict(values=cells, align="left", height=26),
+        columnwidth=[3, 3, 3],
+    ))
+    what = "; ".join(result.meta.get("interventions", []))
+    fig.update_layout(title=html.escape(f"steered vs unsteered ({what}); verbs: green agree, orange flipped"),
+                      template="plotly_white", height=120 + 30 * len(result.prompts))
+    return fig
+
+
+@render.register
+def _(result: Generation):
+    """The projection on each intervention's axis at every step, one line per prompt."""
+    import plotly.graph_objects as go
+
+    if result.projections is None:
+        raise ValueError("this Generation has no recorded projections; generate(..., record=True) records them")
+    fig = go.Figure()
+    units = result.meta.get("interventions", [])
+    for i in range(result.projections.shape[0]):
+        for b in range(result.projections.shape[1]):
+            name = html.escape(f"{units[i] if i < len(units) else i}: {result.prompts[b]}")
+            fig.add_trace(go.Scatter(y=result.projections[i, b].tolist(), mode="lines+markers", name=name))
+    fig.update_layout(title="projection (h - mean) . u before the intervention, per generation step",
+                      xaxis_title="step", yaxis_title="projection", template="plotly_white")
+    return fig
