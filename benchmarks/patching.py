@@ -102,7 +102,7 @@ def main() -> None:
         rows += exact_rows("gpt2 4L d128, 8x20 tokens", model, clean, corrupt, metric, args.repeats)
         rows.append(attribution_row("gpt2 4L d128, 8x20 tokens", model, clean, corrupt, metric, args.repeats))
     zoo = interp.load("zoo:lm-gpt2", device=args.device)
-    ioi = tasks.make("ioi", split="test", n=8, seed=0)
+    ioi = tasks.make("ioi", split="train", n=8, seed=0)
     rows += exact_rows("zoo:lm-gpt2 IOI, 8 prompts", zoo, ioi.clean, ioi.corrupt, for_task(ioi), args.repeats)
     fid = []
     for family in ("gpt2", "llama"):

@@ -2,7 +2,7 @@
 
     import interp
     model = interp.load("zoo:lm-gpt2")            # or a hub name, or a local HF directory
-    task = interp.tasks.make("ioi", split="test", n=64)
+    task = interp.tasks.make("ioi", split="train", n=64)
     grid = interp.Grid(...)                        # every analysis returns labelled results
 
 Importing interp touches no network and does not import plotly or circuitsvis; `interp.plot`

@@ -430,7 +430,7 @@ def demo_section(workdir) -> list:
 
     if not all((ZOO_DIR / f"lm-{f}" / "config.json").exists() for f in ("gpt2", "llama")):
         return []
-    ioi = make("ioi", split="test", n=16, seed=0)
+    ioi = make("ioi", split="train", n=16, seed=0)
     grids = [activation_patch(load(f"zoo:lm-{f}"), ioi, site="z", progress=False) for f in ("gpt2", "llama")]
     side_by_side = stack(grids, "model", ["lm-gpt2", "lm-llama"])
     sva = make("sva", split="sva_attractor_mismatch", n=256, seed=0)
@@ -444,7 +444,7 @@ def demo_section(workdir) -> list:
     resid = Grid(resid.values, resid.axes, (resid.labels[0], ("BOS", *words)[: length + 1]), {**resid.meta, "title": f"SVA residual patching by position, e.g. '{subset.text[0]}'"})
     return [
         Heading("Activation patching"),
-        "IOI (held-out names), clean prompts patched into ABC-corrupted ones, one head's output (hook_z) at a time: "
+        "IOI (training names; see the zoo cards for held-out names), clean prompts patched into ABC-corrupted ones, one head's output (hook_z) at a time: "
         "the logit difference IO - S of each patched run. Two families side by side.",
         Grid(side_by_side.values, side_by_side.axes, side_by_side.labels, {**side_by_side.meta, "title": "IOI: patch each head's output (logit diff)"}),
         "Subject-verb agreement with a mismatched prepositional-phrase attractor: the residual stream patched "
