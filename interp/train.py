@@ -48,13 +48,13 @@ _LM = dict(d_model=128, n_layers=4, n_heads=4, d_mlp=256, n_ctx=64)
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in [
-        # Phase 2 (finetune_steps) shifts the mix towards IOI: in the phase-1 mix the models learn
-        # agreement perfectly but IOI only partly. LLaMA and Gemma-2 were trained with untied
-        # embeddings; GPT-2 and Qwen2 tie them (the families' own defaults at small sizes).
+        # Phase 2 (finetune_steps) shifts the mix towards IOI: in the phase-1 mix GPT-2, LLaMA and
+        # Gemma-2 learn agreement perfectly but IOI only partly (Qwen2 learned both in phase 1).
+        # LLaMA and Gemma-2 have untied embeddings; GPT-2 and Qwen2 tie them.
         Recipe("lm-gpt2", "gpt2", "english", _LM, steps=4000, data={"sentences": 60000}, finetune_steps=1500),
         Recipe("lm-llama", "llama", "english", {**_LM, "n_kv_heads": 2, "tie": 0}, steps=4000, data={"sentences": 60000}, finetune_steps=1500),
         Recipe("lm-gemma2", "gemma2", "english", {**_LM, "tie": 0}, steps=4000, data={"sentences": 60000}, finetune_steps=1500),
-        Recipe("lm-qwen2", "qwen2", "english", {**_LM, "n_kv_heads": 2}, steps=4000, data={"sentences": 60000}, finetune_steps=1500),
+        Recipe("lm-qwen2", "qwen2", "english", {**_LM, "n_kv_heads": 2}, steps=4000, data={"sentences": 60000}),
         Recipe("mlm-bert", "bert", "english", _LM, steps=4000, data={"sentences": 60000, "masked": True}),
         Recipe(
             "dyck", "gpt2", "dyck", dict(d_model=32, n_layers=2, n_heads=1, d_mlp=128, n_ctx=64),
