@@ -94,6 +94,26 @@ def _repro(args: argparse.Namespace) -> int:
     return 0
 
 
+def _steer(args: argparse.Namespace) -> int:
+    from interp.model import load
+    from interp.steering import Axis, Intervention, generate
+
+    axis = Axis.load(args.axis)
+    model = load(args.model)
+    kw = dict(max_new_tokens=args.max_new_tokens, positions=args.positions, record=False)
+    plain = generate(model, args.prompts, (), **kw)
+    steered = generate(model, args.prompts, Intervention(axis, args.mode, args.strength), **kw)
+    rows = [{"prompt": p, "unsteered": a, "steered": b}
+            for p, a, b in zip(args.prompts, plain.completions, steered.completions)]
+    if args.json:
+        print(json.dumps({"site": axis.site, "mode": args.mode, "strength": args.strength, "rows": rows}))
+        return 0
+    print(f"{args.mode}({args.strength:g}) at {axis.site}")
+    for row in rows:
+        print(f"{row['prompt']}\n  unsteered: {row['unsteered']}\n  steered:   {row['steered']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="interp",
@@ -125,6 +145,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", choices=sorted(REPROS), help="which study")
     p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
     p.set_defaults(func=_repro)
+    p = sub.add_parser("steer", help="generate with an axis added, flipped, removed or set (interp.steering)")
+    p.add_argument("prompts", nargs="+", help="one or more prompts")
+    p.add_argument("--model", required=True, help="hub name, local HF directory, or zoo:NAME")
+    p.add_argument("--axis", required=True, help="an Axis file written by interp.steering.Axis.save")
+    p.add_argument("--mode", default="flip", choices=["add", "flip", "project_out", "set"])
+    p.add_argument("--strength", type=float, default=1.0, help="see interp.steering (default 1)")
+    p.add_argument("--max-new-tokens", type=int, default=10)
+    p.add_argument("--positions", default="all", choices=["all", "prompt", "generated"])
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_steer)
     return parser
 
 
