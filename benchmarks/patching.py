@@ -107,7 +107,7 @@ def main() -> None:
     fid = []
     for family in ("gpt2", "llama"):
         m = interp.load(f"zoo:lm-{family}", device=args.device)
-        for tname, split in (("ioi", "test"), ("sva", "sva_id")):
+        for tname, split in (("ioi", "train"), ("sva", "sva_id")):
             task = tasks.make(tname, split=split, n=32, seed=1)
             for site, by_pos in (("z", False), ("resid_pre", True)):
                 p, s = fidelity(m, task.to(args.device), site, by_pos)

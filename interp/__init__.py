@@ -15,6 +15,18 @@ from interp.model import FAMILIES, build_tiny, describe, load
 from interp.results import Grid
 from interp.tasks.base import Task
 
+_LAZY = ("patching", "masking", "simplify", "cores", "steering", "sweep", "zoo", "train")
+
+
+def __getattr__(name: str):
+    """Analysis modules load on first use (`interp.patching`), keeping `import interp` light."""
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f"interp.{name}")
+    raise AttributeError(f"module 'interp' has no attribute {name!r}")
+
+
 __all__ = [
     "FAMILIES",
     "Grid",
@@ -26,5 +38,6 @@ __all__ = [
     "load",
     "metrics",
     "tasks",
+    *_LAZY,
 ]
 __version__ = "0.1.0"
