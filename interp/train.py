@@ -302,7 +302,7 @@ def train(
     return card
 
 
-def grokking_steps(history: list[dict[str, float]], split: str = "test") -> dict[str, int]:
+def grokking_steps(history: list[dict[str, Any]], split: str = "test") -> dict[str, int]:
     """Steps before, at and well after the jump in `split` accuracy (the first step >= 0.9)."""
     steps = [h["step"] for h in history]
     jump = next((h["step"] for h in history if h[split] >= 0.9), steps[-1])
