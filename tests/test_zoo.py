@@ -40,8 +40,9 @@ def test_model_meets_its_card_on_a_fresh_sample(name):
     for split, recorded in card["accuracy"].items():
         if split == "kl_to_true":
             assert got[split] <= recorded + 0.005, (split, got[split], recorded)
-        else:
-            assert got[split] >= recorded - 0.03, (split, got[split], recorded)
+        else:  # a fresh sample of 512: allow 3 standard errors (at least 0.02) of sampling noise
+            tolerance = max(0.02, 3 * (recorded * (1 - recorded) / 512) ** 0.5)
+            assert got[split] >= recorded - tolerance, (split, got[split], recorded)
     for split, bound, how in REQUIRED[_kind(recipe)]:
         assert (got[split] >= bound) if how == "min" else (got[split] <= bound), (split, got[split], bound)
 

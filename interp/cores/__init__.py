@@ -32,11 +32,11 @@ from interp.cores.analysis import (
     score_operator, sequence_coordinates, transfer, validate,
 )
 from interp.cores.results import Alignment, Core, Operator
-from interp.cores.study import ValidationBars, demo_section, repro
+from interp.cores.study import ValidationBars, demo_section, repro, repro_markdown
 
 __all__ = [
     "INTERVENTIONS", "Alignment", "Core", "Operator", "ValidationBars", "activations", "align", "align_coordinates",
     "candidates", "check_site", "demo_section", "extract", "fit_operator", "fourier_power", "gradients", "linalg",
-    "matched_activations", "operator_from", "projection_hook", "prompt_tokens", "repro", "score_operator",
+    "matched_activations", "operator_from", "projection_hook", "prompt_tokens", "repro", "repro_markdown", "score_operator",
     "sequence_coordinates", "transfer", "validate",
 ]
