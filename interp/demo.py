@@ -88,7 +88,7 @@ def section_zoo(workdir: Path) -> list[Any]:
         "verb form beats the other form; ioi: indirect object beats subject; dyck: closing-bracket "
         "type; modular: a+b mod p). kl_to_true is the Markov models' mean KL to the true "
         "next-state distribution, in nats.",
-        pd.DataFrame(rows),
+        pd.DataFrame(rows).astype(object).fillna("–"),  # a split that does not apply to a model
     ]
 
 
