@@ -24,6 +24,7 @@ from interp import masking
 from interp.metrics import for_task
 from interp.model import ZOO_DIR, build_tiny, load
 from interp.tasks import english, make
+from timing import best_of  # benchmarks/timing.py, beside this script
 
 
 def _model(spec: str):
@@ -34,13 +35,6 @@ def _model(spec: str):
     return load(spec), spec
 
 
-def _best(fn, repeats: int):
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
 
 
 def plain_tl_scan(model, task) -> torch.Tensor:
@@ -90,8 +84,8 @@ def main() -> None:
     learn_s = time.perf_counter() - start
 
     scan_task = make("sva", split="sva_id", n=256, seed=2)
-    t_interp, grid = _best(lambda: masking.ablation_scan(model, scan_task, ablation="mean"), args.repeats)
-    t_tl, plain = _best(lambda: plain_tl_scan(model, scan_task), args.repeats)
+    t_interp, grid = best_of(lambda: masking.ablation_scan(model, scan_task, ablation="mean"), args.repeats)
+    t_tl, plain = best_of(lambda: plain_tl_scan(model, scan_task), args.repeats)
     diff = float((grid.values - plain).abs().max())
 
     lines = [

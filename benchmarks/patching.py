@@ -13,7 +13,6 @@ import argparse
 import datetime
 import platform
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -25,15 +24,9 @@ import interp
 from interp import patching, tasks
 from interp.metrics import for_task
 from interp.tasks import english
+from timing import best_of  # benchmarks/timing.py, beside this script
 
 
-def _best(fn, repeats: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
 
 
 def _random_inputs(model, batch: int, pos: int, seed: int = 0):
@@ -58,8 +51,8 @@ def exact_rows(name, model, clean, corrupt, metric, repeats):
     _, cache = model.run_with_cache(clean)
     rows = []
     for label, site, by_pos, tl_fn in SWEEPS:
-        t_ours, ours = _best(lambda: patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, progress=False), repeats)
-        t_tl, theirs = _best(lambda: tl_fn(model, corrupt, cache, metric), 1)
+        t_ours, ours = best_of(lambda: patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, progress=False), repeats)
+        t_tl, theirs = best_of(lambda: tl_fn(model, corrupt, cache, metric), 1)
         diff = float((ours.values - theirs.detach().cpu()).abs().max())
         rows.append((name, label, t_tl, t_ours, t_tl / t_ours, diff))
         print(f"{name:28s} {label:20s} TL {t_tl:8.2f}s  interp {t_ours:7.2f}s  ratio {t_tl / t_ours:6.1f}x  max|d| {diff:.1e}", flush=True)
@@ -68,8 +61,8 @@ def exact_rows(name, model, clean, corrupt, metric, repeats):
 
 def attribution_row(name, model, clean, corrupt, metric, repeats):
     clean, corrupt = clean.to(model.cfg.device), corrupt.to(model.cfg.device)
-    t_ours, ours = _best(lambda: patching.attribution_patch(model, clean, corrupt, metric, site="z"), repeats)
-    t_tl, theirs = _best(lambda: tl_attr.attribution_patch(model, clean, corrupt, metric), 1)
+    t_ours, ours = best_of(lambda: patching.attribution_patch(model, clean, corrupt, metric, site="z"), repeats)
+    t_tl, theirs = best_of(lambda: tl_attr.attribution_patch(model, clean, corrupt, metric), 1)
     heads = torch.zeros_like(ours.values)
     for node, score in theirs.node_scores.items():  # TL scores heads per position; sum them
         if node.kind == "attn_head_out":

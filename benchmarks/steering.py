@@ -22,7 +22,6 @@ import argparse
 import datetime
 import os
 import platform
-import time
 
 import torch
 
@@ -31,15 +30,9 @@ from interp import steering
 from interp.steering.generate import _pad_id
 from interp.steering.study import _sva_contrast
 from interp.tasks import english
+from timing import best_of  # benchmarks/timing.py, beside this script
 
 
-def _best(fn, repeats: int) -> tuple[float, object]:
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, out
 
 
 def main() -> None:
@@ -80,7 +73,7 @@ def main() -> None:
         row = {}
         for name, fn in runs.items():
             fn()  # warm-up
-            seconds, out = _best(fn, args.repeats)
+            seconds, out = best_of(fn, args.repeats)
             row[name] = (seconds, out.cpu())
         ref = row["bridge_nokv"][1]
         print(f"\nbatch {batch}")

@@ -11,9 +11,8 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
-from interp.hooks import ablate_heads, head_hook_name, hooks
 from interp.model import FAMILIES, ZOO_DIR, build_tiny, describe, load
-from interp.results import Grid
+from interp.tasks import english, make
 
 
 def _models(workdir: Path) -> dict[str, str]:
@@ -24,28 +23,8 @@ def _models(workdir: Path) -> dict[str, str]:
         if (ZOO_DIR / zoo_name / "config.json").exists():
             specs[family] = f"zoo:{zoo_name}"
         else:
-            specs[family] = str(build_tiny(family, workdir / "models" / family, seed=0))
+            specs[family] = str(build_tiny(family, workdir / "models" / family, words=english.WORDS, seed=0))
     return specs
-
-
-def head_ablation_grid(model, tokens: torch.Tensor, correct: int, incorrect: int, name: str) -> Grid:
-    """Logit difference at the last position with each head zero-ablated alone (layer x head)."""
-    def metric(logits: torch.Tensor) -> float:
-        return float((logits[:, -1, correct] - logits[:, -1, incorrect]).mean())
-
-    n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    with torch.no_grad():
-        base = metric(model(tokens))
-        values = torch.zeros(n_layers, n_heads)
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                with hooks(model, [(head_hook_name(layer, "z"), ablate_heads(head))]):
-                    values[layer, head] = metric(model(tokens)) - base
-    return Grid(
-        values,
-        ("layer", "head"),
-        meta={"model": name, "metric": "logit_diff change", "method": "zero-ablate one head", "baseline": base},
-    )
 
 
 def section_models(workdir: Path) -> list[Any]:
@@ -54,9 +33,12 @@ def section_models(workdir: Path) -> list[Any]:
     from interp import plot
     from interp.results import Heading
 
+    from interp.masking import ablation_scan
+
     specs = _models(workdir)
     rows, items = [], []
-    prompt = "when mary and john went to the store , john gave a drink to"
+    ioi = make("ioi", split="train", n=16, seed=0)
+    prompt = ioi.text[0]
     for family, spec in tqdm(specs.items(), desc="demo: models"):
         model = load(spec)
         rows.append({"family": family, "spec": Path(spec).name if "/" in spec else spec, **describe(model)})
@@ -67,9 +49,8 @@ def section_models(workdir: Path) -> list[Any]:
         pattern = cache[f"blocks.{last}.attn.hook_pattern"][0]
         items.append(Heading(f"{family}: attention in the last layer", 3))
         items.append(plot.attention(pattern, model.to_str_tokens(tokens[0]), causal=family != "bert"))
-        if family != "bert":
-            correct, incorrect = model.to_single_token("mary"), model.to_single_token("john")
-            items.append(head_ablation_grid(model, tokens, correct, incorrect, spec))
+        if family != "bert":  # IOI reads the next token, which a masked LM does not predict
+            items.append(ablation_scan(model, ioi, ablation="zero", mlps=False))
     return [Heading("Models (one per family)"), pd.DataFrame(rows), *items]
 
 

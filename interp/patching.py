@@ -13,7 +13,7 @@ of the bridge is paid once per chunk instead of once per cell.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Literal, Sequence
 
 import torch
@@ -438,7 +438,7 @@ def demo_section(workdir) -> list:
     length = max(set(int(sva.answer_pos[i]) for i in pp), key=[int(sva.answer_pos[i]) for i in pp].count)
     rows = [i for i in pp if int(sva.answer_pos[i]) == length][:16]
     subset = sva[rows]
-    subset = type(subset)(**{**subset.__dict__, "clean": subset.clean[:, : length + 1], "corrupt": subset.corrupt[:, : length + 1]})
+    subset = replace(subset, clean=subset.clean[:, : length + 1], corrupt=subset.corrupt[:, : length + 1])
     resid = activation_patch(load("zoo:lm-gpt2"), subset, site="resid_pre", by_pos=True, progress=False)
     words = subset.text[0].split()
     resid = Grid(resid.values, resid.axes, (resid.labels[0], ("BOS", *words)[: length + 1]), {**resid.meta, "title": f"SVA residual patching by position, e.g. '{subset.text[0]}'"})

@@ -59,7 +59,6 @@ def _fail(where: str, key: str, why: str) -> ConfigError:
 
 def load_config(path: str | Path) -> list[dict[str, Any]]:
     """Parse and validate a sweep config; return the experiments with defaults filled in."""
-    from interp.metrics import for_task  # noqa: F401 - imported for the metric names below
     from interp.patching import SITES
     from interp.tasks import SPLITS
 
