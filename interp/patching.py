@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from interp.hooks import check_head, hooks, n_kv_heads
 from interp.metrics import Metric, for_task
+from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
 from interp.results import Grid
 
 Site = Literal["resid_pre", "resid_mid", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"]
@@ -149,6 +150,74 @@ def _chunk_size(model, batch: int, pos: int, requested: int | None) -> int:
     return int(max(1, min(64, free // max(1, per_row * batch))))
 
 
+@dataclass(frozen=True)
+class _BaseRun:
+    """What every patched run shares with the unpatched base run, recorded once."""
+
+    logits: Tensor  # [batch, pos, d_vocab]
+    resid: list[Tensor]  # per layer: hook_resid_pre [batch, pos, d_model]
+    keys_values: list[tuple[Tensor, Tensor]]  # per layer: [batch, kv_head, pos, d_head]
+
+
+def _base_run(model, base: Tensor) -> _BaseRun:
+    resid: list[Tensor] = [torch.empty(0)] * model.cfg.n_layers
+
+    def keep(layer: int) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> None:
+            resid[layer] = act.detach().clone()
+
+        return hook_fn
+
+    cache = new_kv_cache(model)
+    fwd = [(f"blocks.{l}.hook_resid_pre", keep(l)) for l in range(model.cfg.n_layers)]
+    with torch.no_grad(), hooks(model, fwd):
+        logits = model(base, **kv_cache_kwargs(model, cache))
+    return _BaseRun(logits, resid, cached_keys_values(cache))
+
+
+# A forward's fixed cost, in row-positions through every block: about what one forward of the
+# zoo LMs costs beyond its arithmetic on this project's CPU (see benchmarks/RESULTS.md).
+_FORWARD_COST = 128
+
+
+def _start(cell: Cell) -> int:
+    return 0 if cell[1] is None else cell[1]
+
+
+def plan_forwards(cells: Sequence[Cell], batch: int, n_pos: int, n_layers: int, size: int, resumable: bool) -> list[tuple[int, int, list[int]]]:
+    """Group cells into forwards of at most `size` cells: [(first block, first position, cell indices)].
+
+    A cell at layer L and position p leaves every block before L, and (causal attention) every
+    position before p, as they were in the base run, so its forward may begin there. Cells that
+    share a forward begin at the earliest block and position among them. With cells in (layer,
+    position) order, the split into forwards minimises the total work, counting each forward's
+    fixed cost as `_FORWARD_COST` row-positions (dynamic programming over split points).
+    """
+    if not resumable:
+        return [(0, 0, list(range(i, min(i + size, len(cells))))) for i in range(0, len(cells), size)]
+    order = sorted(range(len(cells)), key=lambda i: (cells[i][0], _start(cells[i])))
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: least cost of the first j cells in order
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        layer, start = n_layers, n_pos
+        for i in range(j - 1, max(-1, j - 1 - size), -1):  # the last forward holds order[i:j]
+            layer, start = min(layer, cells[order[i]][0]), min(start, _start(cells[order[i]]))
+            cost = best[i] + _FORWARD_COST + (j - i) * batch * (n_pos - start) * (n_layers - layer) / n_layers
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    plans, j = [], n
+    while j:
+        members = order[cut[j]:j]
+        plans.append((min(cells[m][0] for m in members), min(_start(cells[m]) for m in members), members))
+        j = cut[j]
+    return plans[::-1]
+
+
+def _from(x: Tensor, axis: int, start: int) -> Tensor:
+    return x.narrow(axis, start, x.shape[axis] - start)
+
+
 def run_cells(
     model,
     base: Tensor,
@@ -158,30 +227,48 @@ def run_cells(
     metric: Metric,
     *,
     cells_per_forward: int | None = None,
-    extra_hooks: Sequence[tuple[str, Callable]] = (),
     progress: bool = True,
 ) -> Tensor:
     """The metric for each cell: run `base` with that cell's activation taken from `sources`.
 
     `sources` maps hook names to [batch, ...] source activations. Returns a [len(cells)] tensor.
+    Many cells share one forward (the base input repeated once per cell along the batch axis,
+    one hook per layer writing each cell's source into its own slice), and on a causal decoder
+    each forward begins at its cells' first block and first position (`plan_forwards`), taking
+    the rest from one recorded base run.
     """
     spec = site_spec(site)
-    batch = base.shape[0]
-    size = _chunk_size(model, batch, base.shape[1], cells_per_forward)
+    batch, n_pos = base.shape
+    size = _chunk_size(model, batch, n_pos, cells_per_forward)
+    resumable = can_resume(model)
+    plans = plan_forwards(cells, batch, n_pos, model.cfg.n_layers, size, resumable)
+    recorded = _base_run(model, base) if resumable else None
     out = torch.empty(len(cells))
-    starts = range(0, len(cells), size)
     with torch.no_grad():
-        for start in tqdm(starts, desc=f"patch {site}", disable=not progress or len(starts) < 2):
-            chunk = cells[start : start + size]
-            fwd = list(extra_hooks)
+        for layer0, start, members in tqdm(plans, desc=f"patch {site}", disable=not progress or len(plans) < 2):
+            chunk = [cells[i] for i in members]
+            n = len(chunk)
+            fwd = []
             for layer in sorted({cell[0] for cell in chunk}):
                 name = spec.hook.format(layer=layer)
                 mask = _mask(spec.kind, sources[name].shape, [c if c[0] == layer else None for c in chunk], base.device)
-                fwd.append((name, _masked_write_hook(sources[name], mask)))
+                # the position axis: dest of a pattern [batch, head, dest, src], else pos; the
+                # mask has one more leading axis (cells)
+                axis = 2 if spec.kind == "pattern" else 1
+                fwd.append((name, _masked_write_hook(_from(sources[name], axis, start), _from(mask, axis + 1, start))))
             with hooks(model, fwd):
-                logits = model(base.repeat(len(chunk), 1))
-            for i in range(len(chunk)):
-                out[start + i] = _scalar(metric, logits[i * batch : (i + 1) * batch], "patched")
+                if recorded is None or (layer0 == 0 and start == 0):
+                    logits = model(base.repeat(n, 1))
+                else:
+                    tail = resume(
+                        model, base.repeat(n, 1), layer=layer0, start=start,
+                        residual=recorded.resid[layer0][:, start:].repeat(n, 1, 1),
+                        keys_values=[(k[:, :, :start].repeat(n, 1, 1, 1), v[:, :, :start].repeat(n, 1, 1, 1)) for k, v in recorded.keys_values],
+                    )
+                    # positions before `start` are the base run's; the metric sees whole logits
+                    logits = torch.cat([recorded.logits[:, :start].repeat(n, 1, 1), tail], 1)
+            for j, i in enumerate(members):
+                out[i] = _scalar(metric, logits[j * batch : (j + 1) * batch], "patched")
     return out
 
 

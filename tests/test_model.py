@@ -126,3 +126,43 @@ def test_saved_directory_is_safetensors_with_plain_tokenizer(tiny_dirs):
     assert not any(f.endswith(".bin") for f in files)
     tok_cfg = json.loads(open(os.path.join(tiny_dirs["qwen2"], "tokenizer_config.json")).read())
     assert tok_cfg["tokenizer_class"] == "PreTrainedTokenizerFast"
+
+
+@pytest.mark.parametrize("family", interp.model.DECODER_FAMILIES)
+def test_resume_equals_the_full_forward(family, tiny_models):
+    """Starting at any block and position, from what the base run recorded, gives its logits."""
+    from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
+
+    model = tiny_models[family]
+    assert can_resume(model)
+    tokens = torch.randint(5, 25, (2, 9), generator=torch.Generator().manual_seed(0))
+    resid, cache = {}, new_kv_cache(model)
+    keep = lambda l: lambda act, *, hook: resid.__setitem__(l, act.clone())  # noqa: E731
+    with torch.no_grad(), hooks(model, [(f"blocks.{l}.hook_resid_pre", keep(l)) for l in range(model.cfg.n_layers)]):
+        full = model(tokens, **kv_cache_kwargs(model, cache))
+    kv = cached_keys_values(cache)
+    for layer in range(model.cfg.n_layers):
+        for start in (0, 1, 4, 8):
+            with torch.no_grad():
+                out = resume(model, tokens, layer=layer, start=start, residual=resid[layer][:, start:],
+                             keys_values=[(k[:, :, :start], v[:, :, :start]) for k, v in kv])
+            assert out.shape == (2, 9 - start, model.cfg.d_vocab)
+            assert (out - full[:, start:]).abs().max() < 1e-4, (layer, start)
+
+
+def test_resume_refuses_what_it_cannot_do_and_restores_blocks(gpt2, tiny_models):
+    from interp.model import can_resume, resume, skipped_blocks
+
+    assert not can_resume(tiny_models["bert"])  # attends both ways: no position can be skipped
+    tokens = torch.randint(5, 25, (1, 6))
+    with pytest.raises(ValueError, match="start=6"):
+        resume(gpt2, tokens, start=6)
+    with pytest.raises(ValueError, match="residual"):
+        resume(gpt2, tokens, layer=1)
+    with pytest.raises(ValueError, match="keys and values"):
+        resume(gpt2, tokens, start=2)
+    blocks = list(gpt2.original_model.transformer.h)
+    with pytest.raises(RuntimeError, match="boom"), skipped_blocks(gpt2, 1):
+        assert gpt2.original_model.transformer.h[0] is not blocks[0]
+        raise RuntimeError("boom")
+    assert list(gpt2.original_model.transformer.h) == blocks

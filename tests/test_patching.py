@@ -168,3 +168,28 @@ def test_attribution_equals_transformer_lens_node_scores(gpt2):
             heads[node.layer, node.head] += score
     assert (heads - ours.values).abs().max() < 1e-6
     assert ours.values.abs().max() > 1e-5
+
+
+@pytest.mark.parametrize("resumable", [True, False])
+def test_plan_forwards_covers_every_cell_once_from_an_early_enough_start(resumable):
+    cells = [(l, p, h) for l in range(3) for p in range(6) for h in range(2)] + [(l, None, 0) for l in range(3)]
+    plans = patching.plan_forwards(cells, batch=4, n_pos=6, n_layers=3, size=5, resumable=resumable)
+    seen = sorted(i for _, _, members in plans for i in members)
+    assert seen == list(range(len(cells)))
+    for layer, start, members in plans:
+        assert 1 <= len(members) <= 5
+        for i in members:  # a forward may begin no later than any of its cells
+            assert layer <= cells[i][0] and start <= (cells[i][1] or 0)
+        if not resumable:
+            assert (layer, start) == (0, 0)
+    if resumable:  # and it does skip work: some forwards begin past block 0 and past position 0
+        assert any(l > 0 for l, _, _ in plans) and any(s > 0 for _, s, _ in plans)
+
+
+def test_bert_patching_runs_whole_forwards_and_is_still_exact(tiny_models):
+    bert = tiny_models["bert"]
+    clean, corrupt = _pair(2)
+    same = patching.activation_patch(bert, clean, clean, metric, site="z", by_pos=True, progress=False)
+    with torch.no_grad():
+        clean_value = float(metric(bert(clean)))
+    assert torch.allclose(same.values, torch.full_like(same.values, clean_value), atol=1e-5)

@@ -31,7 +31,7 @@ different lengths are left-padded, with an attention mask and explicit position 
 positions (and so its outputs) are the same as when it runs alone. TransformerLens 4.3's bridge
 looks for the cache under `past_key_values` / `layer_past`, but transformers 5 hands it to the
 attention layers as `cache`; `TransformerBridge.generate` therefore decodes with an empty cache
-here (its cached output differs from its uncached output). `_cache_kwargs` passes the cache under
+here (its cached output differs from its uncached output). `interp.model.kv_cache_kwargs` passes the cache under
 both names, and `generate` checks after the prompt step that the cache really holds the prompt.
 """
 

@@ -6,7 +6,6 @@ See interp.steering for the vocabulary and for why the cache is passed under two
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any, Sequence
 
@@ -15,6 +14,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from interp.hooks import check_hook_names, hooks
+from interp.model import kv_cache_kwargs, new_kv_cache
 from interp.results import Grid
 from interp.steering.axes import Axis, Generation, Intervention, projection, apply, site_name
 
@@ -98,25 +98,6 @@ def encode(model, prompts: Sequence[str]) -> tuple[Int[Tensor, "batch pos"], Int
     return tokens.to(dev), mask.to(dev), positions.to(dev)
 
 
-def _hf_cache_name(model) -> str:
-    params = inspect.signature(model.original_model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _new_cache(model):
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.original_model.config)
-    except TypeError:  # transformers < 4.56
-        return DynamicCache()
-
-
-def _cache_kwargs(model, cache) -> dict[str, Any]:
-    """Hand the HF cache to the model under its own name and to TL's attention as `layer_past`."""
-    return {_hf_cache_name(model): cache, "layer_past": cache, "use_cache": True}
-
-
 def _check_sites(model, interventions: Sequence[Intervention]) -> None:
     check_hook_names(model, [iv.axis.site for iv in interventions])
     d = model.cfg.d_model
@@ -196,8 +177,8 @@ def generate(
     finished = torch.zeros(batch, dtype=torch.bool, device=dev)
     n_generated = torch.zeros(batch, dtype=torch.long, device=dev)
     alive: list[Tensor] = []  # per step: which rows were still generating
-    cache = _new_cache(model) if use_cache else None
-    cache_kw = _cache_kwargs(model, cache) if cache is not None else {}
+    cache = new_kv_cache(model) if use_cache else None
+    cache_kw = kv_cache_kwargs(model, cache) if cache is not None else {}
     new: list[Tensor] = []
 
     def where_for(is_generated: Bool[Tensor, "batch pos"], real: Tensor) -> Tensor:
