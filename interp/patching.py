@@ -4,11 +4,14 @@ Conventions follow TransformerLens: with `direction="denoise"` the model runs on
 input and one cell (a layer, and a position and/or head) takes its activation from the clean
 run; the Grid holds the metric of each patched run. `"noise"` runs clean and patches in corrupt.
 
-Speed: TransformerLens runs one forward pass per cell. Here many cells share one forward: the
-base input is repeated once per cell along the batch axis ([cells * batch, pos]) and one hook per
-layer writes each cell's source activation into its own slice of the batch through a boolean
-mask. The numbers are the same (the model sees exactly the same rows); the per-forward overhead
-of the bridge is paid once per chunk instead of once per cell.
+Speed: TransformerLens runs one whole forward pass per cell. Here many cells share one forward:
+the base input is repeated once per cell along the batch axis ([cells * batch, pos]) and one hook
+per layer writes each cell's source activation into its own slice of the batch through a boolean
+mask. On a causal decoder each forward also begins where its cells first differ from the base
+run: at the earliest patched block (the residual entering it is taken from one recorded base run,
+and the blocks before it are not run) and at the earliest patched position (the keys and values
+of earlier positions come from the base run's KV cache; their logits are the base run's). The
+numbers are the same as TransformerLens's to float rounding (the tests hold them to 1e-4).
 """
 
 from __future__ import annotations
