@@ -21,10 +21,9 @@ How the splits are made:
   subject, and the two SVA splits share no sentence.
 * ``sva_id``: attractors drawn like the corpus (none / PP / RC, each 1/3; matching with
   probability 0.85). ``sva_attractor_mismatch``: always a PP or RC attractor of the other number.
-* Names: `TRAIN_NAMES` (200) appear in the corpus's IOI sentences and ``ioi`` ``train``;
-  `TEST_NAMES` (40) appear in ``ioi`` ``test`` and, outside any IOI context, in the corpus's
-  filler sentences (so their embeddings are trained), some of which repeat a name subject
-  ("mary runs because mary is tired"), so copying a name from context is trained for every name.
+* Names: `TRAIN_NAMES` (30) appear in the corpus's IOI sentences and ``ioi`` ``train``;
+  `TEST_NAMES` (10) appear in ``ioi`` ``test`` and, outside any IOI context, in the corpus's
+  filler sentences (so their embeddings are trained).
 """
 
 from __future__ import annotations
@@ -67,28 +66,11 @@ _ADJ_BOTH = "old big small brown tall".split()
 DETERMINERS = tuple("the my your our his her their".split())
 PREPOSITIONS = tuple("of to near behind beside under with on by from at".split())
 ADVERBS = tuple("often always never today here there again slowly quietly now afterwards".split())
-# 200 training names and 40 held-out ones. So many that the IOI circuit cannot memorise names:
-# a 128-dim model sees more name directions than it has dimensions, so what it learns is generic.
 TRAIN_NAMES = tuple(
     "mary john james anna david sarah michael laura robert emma daniel kate thomas lisa paul julia mark "
-    "alice peter rose george helen frank grace henry claire jack susan edward amy adam adrian albert alex "
-    "alan amber andrew angela anne arthur barbara ben beth brian bruce carl carol caroline charles chloe "
-    "chris christine colin craig dan dennis derek diane donald dorothy douglas edith elena eliza ellen "
-    "emily eric ethan felix fiona gary gavin gloria gordon hannah harold harry heather ian isaac ivan "
-    "jacob jane janet jason jean jeff jenny jessica joan joe joel jonathan joseph joyce judy justin karen "
-    "keith kelly kevin kim larry leo leon lewis lily linda louis lucas luke maggie marco margaret maria "
-    "marie martha matt max megan melissa mia molly nancy nathan neil nick noah norman olga oscar pamela "
-    "patrick paula philip rachel ralph ray rebecca richard rita roger ron ruby russell ruth ryan sam "
-    "samuel sandra scott sean sharon sophie stella stephen steve tina todd tom tony tracy ursula vera "
-    "vincent walter wendy william yvonne zoe abigail bianca caleb dylan elliot flora gemma hazel ingrid "
-    "jasper kieran logan miles nora owen petra quentin rhys selma tobias una wade xavier yusuf zara boris "
-    "cecilia troy gwen ivy".split()
+    "alice peter rose george helen frank grace henry claire jack susan edward amy".split()
 )
-TEST_NAMES = tuple(
-    "oliver nina victor diana hugo irene simon lucy martin eva aaron beatrice cyril delia edwin freya "
-    "gideon hilda igor jolene kurt lydia magnus nadia otto phoebe rupert sylvia theo ulrich viola wilbur "
-    "ada bruno clara dominic esther fabian greta hector".split()
-)
+TEST_NAMES = tuple("oliver nina victor diana hugo irene simon lucy martin eva".split())
 _PLACES = "store park school office station hospital restaurant beach".split()
 _OBJECTS = "drink ring snack gift ball necklace computer bone".split()
 _IOI_TEMPLATES = (  # {A} {B}: the two names in first-mention order; {S}: the repeated subject
@@ -113,8 +95,6 @@ WORDS: tuple[str, ...] = tuple(
          *TRAIN_NAMES, *TEST_NAMES]
     )
 )
-if len(WORDS) != len(set(WORDS) - set(TRAIN_NAMES + TEST_NAMES)) + len(TRAIN_NAMES) + len(TEST_NAMES):
-    raise AssertionError("english.py: a name is listed twice or is also another word of the vocabulary")
 _ID = {w: i + 5 for i, w in enumerate(WORDS)}
 _NOUNS, _VERBS = _ANIMATE + _THINGS, _COPULA + _INTRANS + _TRANS + _ANY_INTRANS  # (singular, plural) pairs
 _NOUN_NUMBER = {w: ("sg", "pl")[i % 2] for i, w in enumerate(_NOUNS)}
@@ -222,16 +202,15 @@ def _sva_subject(
             return phrase, number, kind
 
 
-def _clause(rng: random.Random, names: Sequence[str], name: str | None = None) -> list[str]:
-    """A filler clause: a noun or name subject (no attractor) and an agreeing predicate; `name`
-    forces that name as the subject."""
-    r = 0.7 if name else rng.random()
+def _clause(rng: random.Random, names: Sequence[str]) -> list[str]:
+    """A filler clause: a noun or name subject (no attractor) and an agreeing predicate."""
+    r = rng.random()
     if r < 0.6:
         number = rng.choice(("sg", "pl"))
         subject = _np(rng, number)
         animate = subject[-1] in _ANIMATE
     elif r < 0.8:
-        subject, number, animate = [name or rng.choice(names)], "sg", True
+        subject, number, animate = [rng.choice(names)], "sg", True
     else:
         a, b = rng.sample(list(names), 2)
         subject, number, animate = [a, "and", b], "pl", True
@@ -240,19 +219,12 @@ def _clause(rng: random.Random, names: Sequence[str], name: str | None = None) -
 
 def _filler(rng: random.Random, names: Sequence[str]) -> str:
     r = rng.random()
-    if r < 0.45:
+    if r < 0.5:
         out = _clause(rng, names)
-    elif r < 0.6:
+    elif r < 0.65:
         out = [rng.choice(("today", "now", "again", "afterwards")), ",", *_clause(rng, names)]
-    elif r < 0.7:  # one name, two clauses
-        name = rng.choice(names)
-        out = [*_clause(rng, names, name), rng.choice(("and", "but", "because")), *_clause(rng, names, name)]
     else:
-        first = _clause(rng, names)
-        # Half the time a lone name subject returns as the second subject ("mary runs because mary
-        # is tired"): copying a name from context is then trained for every name, held-out ones too.
-        again = first[0] if first[0] in _NAMES and first[1] != "and" and rng.random() < 0.5 else None
-        out = [*first, rng.choice(("and", "but", "because")), *_clause(rng, names, again)]
+        out = [*_clause(rng, names), rng.choice(("and", "but", "because")), *_clause(rng, names)]
     return " ".join([*out, "."])
 
 
