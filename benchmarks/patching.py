@@ -27,6 +27,16 @@ from interp.tasks import english
 from timing import best_of  # benchmarks/timing.py, beside this script
 
 
+def forward_cost(model, pos: int = 20) -> tuple[float, float]:
+    """(fixed seconds per forward, seconds per row-position) of one forward: the time of a 1-row,
+    1-position forward, and the slope between 64 and 256 rows of `pos` positions (best of 10
+    each). Their ratio is what `interp.patching._FORWARD_COST` stands for."""
+    times = {}
+    for rows, n_pos in ((1, 1), (64, pos), (256, pos)):
+        tokens = torch.randint(5, model.cfg.d_vocab, (rows, n_pos)).to(model.cfg.device)
+        with torch.no_grad():
+            times[rows] = best_of(lambda: model(tokens), 10)[0]
+    return times[1], (times[256] - times[64]) / (192 * pos)
 
 
 def _random_inputs(model, batch: int, pos: int, seed: int = 0):
@@ -52,7 +62,7 @@ def exact_rows(name, model, clean, corrupt, metric, repeats):
     rows = []
     for label, site, by_pos, tl_fn in SWEEPS:
         t_ours, ours = best_of(lambda: patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, progress=False), repeats)
-        t_tl, theirs = best_of(lambda: tl_fn(model, corrupt, cache, metric), 1)
+        t_tl, theirs = best_of(lambda: tl_fn(model, corrupt, cache, metric), repeats)
         diff = float((ours.values - theirs.detach().cpu()).abs().max())
         rows.append((name, label, t_tl, t_ours, t_tl / t_ours, diff))
         print(f"{name:28s} {label:20s} TL {t_tl:8.2f}s  interp {t_ours:7.2f}s  ratio {t_tl / t_ours:6.1f}x  max|d| {diff:.1e}", flush=True)
@@ -62,7 +72,7 @@ def exact_rows(name, model, clean, corrupt, metric, repeats):
 def attribution_row(name, model, clean, corrupt, metric, repeats):
     clean, corrupt = clean.to(model.cfg.device), corrupt.to(model.cfg.device)
     t_ours, ours = best_of(lambda: patching.attribution_patch(model, clean, corrupt, metric, site="z"), repeats)
-    t_tl, theirs = best_of(lambda: tl_attr.attribution_patch(model, clean, corrupt, metric), 1)
+    t_tl, theirs = best_of(lambda: tl_attr.attribution_patch(model, clean, corrupt, metric), repeats)
     heads = torch.zeros_like(ours.values)
     for node, score in theirs.node_scores.items():  # TL scores heads per position; sum them
         if node.kind == "attn_head_out":
@@ -94,6 +104,8 @@ def main() -> None:
         clean, corrupt, metric = _random_inputs(model, 8, 20)
         rows += exact_rows("gpt2 4L d128, 8x20 tokens", model, clean, corrupt, metric, args.repeats)
         rows.append(attribution_row("gpt2 4L d128, 8x20 tokens", model, clean, corrupt, metric, args.repeats))
+        fixed, per = forward_cost(model)
+        print(f"one forward: {fixed * 1e3:.1f} ms fixed + {per * 1e6:.1f} us per row-position = {fixed / per:.0f} row-positions", flush=True)
     zoo = interp.load("zoo:lm-gpt2", device=args.device)
     ioi = tasks.make("ioi", split="train", n=8, seed=0)
     rows += exact_rows("zoo:lm-gpt2 IOI, 8 prompts", zoo, ioi.clean, ioi.corrupt, for_task(ioi), args.repeats)
@@ -106,20 +118,26 @@ def main() -> None:
                 p, s = fidelity(m, task.to(args.device), site, by_pos)
                 fid.append((f"zoo:lm-{family}", tname, site + (" x pos" if by_pos else ""), p, s))
                 print(f"fidelity {family} {tname} {site}: pearson {p:.3f} spearman {s:.3f}", flush=True)
-    write_results(Path(args.out), args.device, rows, fid)
+    write_results(Path(args.out), args.device, rows, fid, (fixed, per))
 
 
-def write_results(path: Path, device: str, rows, fid) -> None:
+def write_results(path: Path, device: str, rows, fid, cost) -> None:
     machine = f"{platform.machine()}, {torch.get_num_threads()} CPU threads" if device == "cpu" else torch.cuda.get_device_name()
+    # one section per device and thread count, so CPU runs at 1 and 2 threads stand side by side
+    header = f"## patching ({device}, {torch.get_num_threads()} threads)" if device == "cpu" else f"## patching ({device})"
     lines = [
-        f"## patching ({device})",
+        header,
         "",
-        f"Measured {datetime.date.today()} on {machine}, torch {torch.__version__}, by `python benchmarks/patching.py --device {device}`.",
-        "Seconds are the best of the repeats for interp and one run for TransformerLens; ratio = TL / interp.",
+        f"Measured {datetime.date.today()} on {machine}, torch {torch.__version__}, by `OMP_NUM_THREADS={torch.get_num_threads()} python benchmarks/patching.py --device {device}`.",
+        "Seconds are the best of the repeats (the same number) for each library; ratio = TL / interp.",
         "",
         "| model | sweep | TL s | interp s | ratio | max abs diff |",
         "|---|---|---|---|---|---|",
         *[f"| {m} | {s} | {a:.2f} | {b:.2f} | {r:.1f}x | {d:.1e} |" for m, s, a, b, r, d in rows],
+        "",
+        f"One forward of the gpt2 4L d128 model (1 row x 1 position; slope from 64 to 256 rows x 20 positions): {cost[0] * 1e3:.1f} ms "
+        f"fixed + {cost[1] * 1e6:.1f} us per row-position, so its fixed cost is that of {cost[0] / cost[1]:.0f} "
+        "row-positions (`interp.patching._FORWARD_COST` plans forwards with 128).",
         "",
         "Attribution vs exact patching (exact = patched metric minus corrupt metric), 32 prompts:",
         "",
@@ -130,7 +148,6 @@ def write_results(path: Path, device: str, rows, fid) -> None:
     ]
     section = "\n".join(lines)
     text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    header = f"## patching ({device})"
     if header in text:  # replace this section, keep the others
         start = text.index(header)
         end = text.find("\n## ", start + 1)

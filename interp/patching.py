@@ -178,8 +178,8 @@ def _base_run(model, base: Tensor) -> _BaseRun:
     return _BaseRun(logits, resid, cached_keys_values(cache))
 
 
-# A forward's fixed cost, in row-positions through every block: about what one forward of the
-# zoo LMs costs beyond its arithmetic on this project's CPU (see benchmarks/RESULTS.md).
+# A forward's fixed cost, in row-positions through every block: what one forward of a 4-layer,
+# d_model-128 model costs beyond its arithmetic on this project's CPU (benchmarks/RESULTS.md).
 _FORWARD_COST = 128
 
 

@@ -52,6 +52,22 @@ def test_equals_transformer_lens(family, site, by_pos, tl_fn, tiny_models):
     assert (ours.values - theirs).abs().max() <= 1e-4
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("site,by_pos,tl_fn", TL_SITES, ids=[f"{s}-{'pos' if b else 'all'}" for s, b, _ in TL_SITES])
+def test_fine_grained_forwards_equal_transformer_lens(family, site, by_pos, tl_fn, tiny_models, monkeypatch):
+    """With no fixed cost per forward, the plan gives nearly every (layer, position) its own forward."""
+    monkeypatch.setattr(patching, "_FORWARD_COST", 0)
+    model = tiny_models[family]
+    clean, corrupt = _pair(3)
+    cells = patching._cells_and_axes(model, site, by_pos, clean.shape[1])[0]
+    plans = patching.plan_forwards(cells, 3, clean.shape[1], model.cfg.n_layers, 64, True)
+    assert len({(layer, start) for layer, start, _ in plans}) == len({(c[0], c[1] or 0) for c in cells})
+    _, clean_cache = model.run_with_cache(clean)
+    ours = patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, progress=False)
+    theirs = tl_fn(model, corrupt, clean_cache, metric).detach().cpu()
+    assert (ours.values - theirs).abs().max() <= 1e-4
+
+
 @pytest.mark.parametrize("site", list(patching.SITES))
 def test_clean_into_clean_and_corrupt_into_corrupt(site, llama):
     clean, corrupt = _pair(1)
