@@ -293,10 +293,11 @@ def _cells_and_axes(model, site: str, by_pos: bool, n_pos: int) -> tuple[list[Ce
     return [(l, None, h) for l in layers for h in range(n_heads)], ("layer", "head"), (n_heads,)
 
 
-def _cache(model, tokens: Tensor, names: list[str]) -> dict[str, Tensor]:
+def _cache(model, tokens: Tensor, names: list[str]) -> tuple[Tensor, dict[str, Tensor]]:
+    """(logits, {name: activation}) of one forward on `tokens`."""
     with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
-    return {n: cache[n] for n in names}
+        logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    return logits, {n: cache[n] for n in names}
 
 
 def _labels(model, axes: tuple[str, ...], tokens: Tensor, shape: tuple[int, ...]) -> tuple:
@@ -335,10 +336,13 @@ def activation_patch(
     spec = site_spec(site)
     cells, axes, tail = _cells_and_axes(model, site, by_pos, clean.shape[1])
     names = [spec.hook.format(layer=l) for l in range(model.cfg.n_layers)]
+    source_logits, source_acts = _cache(model, source, names)
     with torch.no_grad():
-        clean_value = _scalar(metric, model(clean), "clean")
-        corrupt_value = _scalar(metric, model(corrupt), "corrupt")
-    values = run_cells(model, base, _cache(model, source, names), site, cells, metric, cells_per_forward=cells_per_forward, progress=progress)
+        base_logits = model(base)
+    clean_logits, corrupt_logits = (source_logits, base_logits) if direction == "denoise" else (base_logits, source_logits)
+    clean_value = _scalar(metric, clean_logits, "clean")
+    corrupt_value = _scalar(metric, corrupt_logits, "corrupt")
+    values = run_cells(model, base, source_acts, site, cells, metric, cells_per_forward=cells_per_forward, progress=progress)
     shape = (model.cfg.n_layers, *tail)
     return Grid(
         values.view(shape),
@@ -367,7 +371,7 @@ def attribution_patch(
     clean, corrupt, metric, info = _inputs(model, clean, corrupt, metric)
     spec = site_spec(site)
     names = [spec.hook.format(layer=l) for l in range(model.cfg.n_layers)]
-    clean_acts = _cache(model, clean, names)
+    _, clean_acts = _cache(model, clean, names)
     acts: dict[str, Tensor] = {}
 
     def keep(name: str) -> Callable:
@@ -448,10 +452,9 @@ def path_patch(
         senders_run = senders
     z_names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers)]
     mlp_names = [f"blocks.{l}.hook_mlp_out" for l in range(n_layers)]
-    clean_acts = _cache(model, clean, z_names + mlp_names)
-    corrupt_z = _cache(model, corrupt, z_names)
-    with torch.no_grad():
-        clean_value = _scalar(metric, model(clean), "clean")
+    clean_logits, clean_acts = _cache(model, clean, z_names + mlp_names)
+    _, corrupt_z = _cache(model, corrupt, z_names)
+    clean_value = _scalar(metric, clean_logits, "clean")
     batch = clean.shape[0]
     size = _chunk_size(model, batch, clean.shape[1], cells_per_forward)
     values = torch.full((n_layers, n_heads), float("nan"))

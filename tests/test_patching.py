@@ -202,10 +202,15 @@ def test_plan_forwards_covers_every_cell_once_from_an_early_enough_start(resumab
         assert any(l > 0 for l, _, _ in plans) and any(s > 0 for _, s, _ in plans)
 
 
-def test_bert_patching_runs_whole_forwards_and_is_still_exact(tiny_models):
+def test_bert_patching_runs_whole_forwards_and_equals_transformer_lens(tiny_models):
+    """BERT attends both ways: no forward may skip positions, and the numbers are TL's."""
     bert = tiny_models["bert"]
+    assert not interp.model.can_resume(bert)
     clean, corrupt = _pair(2)
-    same = patching.activation_patch(bert, clean, clean, metric, site="z", by_pos=True, progress=False)
-    with torch.no_grad():
-        clean_value = float(metric(bert(clean)))
-    assert torch.allclose(same.values, torch.full_like(same.values, clean_value), atol=1e-5)
+    cells = patching._cells_and_axes(bert, "z", True, clean.shape[1])[0]
+    plans = patching.plan_forwards(cells, 3, clean.shape[1], bert.cfg.n_layers, 5, interp.model.can_resume(bert))
+    assert all((layer, start) == (0, 0) for layer, start, _ in plans)
+    _, clean_cache = bert.run_with_cache(clean)
+    ours = patching.activation_patch(bert, clean, corrupt, metric, site="z", by_pos=True, progress=False)
+    theirs = tlp.get_act_patch_attn_head_out_by_pos(bert, corrupt, clean_cache, metric).detach().cpu()
+    assert (ours.values - theirs).abs().max() <= 1e-4 and ours.values.std() > 0
