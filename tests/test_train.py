@@ -1,5 +1,7 @@
 """Each training recipe runs end to end for a few dozen steps; training is deterministic."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -40,3 +42,49 @@ def test_unknown_recipe_is_a_clear_error(capsys):
 
     assert main(["zoo", "train", "no-such-model"]) == 2
     assert "recipes: lm-gpt2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family, tie", [("gpt2", 1), ("llama", 0)])
+def test_name_codes_keep_names_exchangeable(family, tie):
+    """After any optimiser step, every name row is one shared vector plus its fixed code, in the
+    embedding and (untied) the unembedding; other rows train freely."""
+    from interp.model import hf_config, hf_model_class
+    from interp.tasks import english
+    from interp.train import _name_codes
+
+    recipe = replace(RECIPES[f"lm-{family}"], name_codes=6, name_scale=2.0)
+    sizes = dict(d_model=16, n_layers=1, n_heads=2, d_mlp=32, n_ctx=32, tie=tie)
+    model = hf_model_class(family)(hf_config(family, vocab_size=len(english.tokenizer()), **sizes))
+    codes = _name_codes(model, recipe)
+    assert len(codes.weights) == (1 if tie else 2)
+    ids = codes.ids
+    assert torch.allclose(codes.codes.norm(dim=1), torch.full((len(ids),), 2.0))
+    assert torch.linalg.matrix_rank(codes.codes).item() == 6  # spans exactly its subspace
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    rows = torch.tensor([english.encode(["when mary and john went to the store , john gave a drink to mary ."])[0]])
+    before = model.get_input_embeddings().weight.detach().clone()
+    for _ in range(3):
+        loss = model(input_ids=rows, labels=rows).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        codes.apply()
+    for w in codes.weights:
+        shared = w.detach()[ids] - codes.codes
+        assert torch.allclose(shared, shared[:1].expand_as(shared), atol=1e-5)
+    after = model.get_input_embeddings().weight.detach()
+    assert not torch.allclose(after[ids], before[ids])  # the shared part learns
+    unnamed = torch.ones(len(after), dtype=torch.bool)
+    unnamed[ids] = False
+    assert not torch.allclose(after[unnamed], before[unnamed])
+
+
+def test_name_codes_reject_bad_dimensions():
+    from interp.model import hf_config, hf_model_class
+    from interp.tasks import english
+    from interp.train import _name_codes
+
+    model = hf_model_class("gpt2")(hf_config("gpt2", vocab_size=len(english.tokenizer()), d_model=16, n_layers=1,
+                                             n_heads=2, d_mlp=32, n_ctx=32))
+    with pytest.raises(ValueError, match="name_codes=17 must be in 1..16"):
+        _name_codes(model, replace(RECIPES["lm-gpt2"], name_codes=17))

@@ -23,7 +23,9 @@ How the splits are made:
   probability 0.85). ``sva_attractor_mismatch``: always a PP or RC attractor of the other number.
 * Names: `TRAIN_NAMES` (30) appear in the corpus's IOI sentences and ``ioi`` ``train``;
   `TEST_NAMES` (10) appear in ``ioi`` ``test`` and, outside any IOI context, in the corpus's
-  filler sentences (so their embeddings are trained).
+  filler sentences (so they are trained tokens). The zoo's language models keep every name's
+  embedding at a shared vector plus a fixed random code (`interp.train.NameCodes`), so a held-out
+  name differs from a training name only in its code.
 """
 
 from __future__ import annotations
