@@ -285,3 +285,10 @@ def test_last_token_activations_match_run_with_cache(lms):
         got = _last_activations(model, PROMPTS, site)  # one left-padded batch, stopped early
         want = torch.stack([model.run_with_cache(model.to_tokens(p))[1][site][0, -1] for p in PROMPTS])
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_study_chooses_its_site_on_dev_generation(lms):
+    out = st.study(lms["gpt2"], n_prefixes=6, n_contrast=48, max_new_tokens=4)
+    gen = out["site_generation_scores"]
+    assert set(gen) == set(out["site_scores"]) and all(0.0 <= v <= 1.0 for v in gen.values())
+    assert gen[out["site"]] == max(gen.values())

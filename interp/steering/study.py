@@ -126,11 +126,17 @@ def study(model, *, n_prefixes: int = 128, n_contrast: int = 512, max_new_tokens
     sg, pl = _sva_contrast(n_contrast, set(prefixes), seed=seed + 1)
     dev_task = english.sva(128, split="sva_id", seed=seed + 2)
     dev_task = dev_task[[i for i, t in enumerate(dev_task.text) if t not in set(prefixes)]]
+    # The site is chosen on dev prefixes by the measured quantity itself (the flip rate of free
+    # generation); the next-token verb choice saturates (1.00 at several sites) and broke ties badly.
+    dev_prefixes = [p for p in english.prefixes(2 * n_prefixes, seed=seed + 3) if p not in set(prefixes)][:n_prefixes]
     sites = [f"blocks.{l}.hook_resid_pre" for l in range(1, model.cfg.n_layers)]
-    scores = {}
+    scores, generation_scores = {}, {}
     for site in tqdm(sites, desc="choose site", disable=not progress):
-        scores[site] = _flip_strength(model, site, axis_from_contrast(model, sg, pl, site=site), dev_task)
-    site = max(sites, key=lambda s: (scores[s], -sites.index(s)))
+        dev_axis = axis_from_contrast(model, sg, pl, site=site)
+        scores[site] = _flip_strength(model, site, dev_axis, dev_task)
+        dev_gen = generate(model, dev_prefixes, [Intervention(dev_axis, "flip")], max_new_tokens=max_new_tokens, record=False)
+        generation_scores[site] = _rates(dev_prefixes, dev_gen)["flip_rate"]
+    site = max(sites, key=lambda s: (generation_scores[s], scores[s], -sites.index(s)))
     axis = axis_from_contrast(model, sg, pl, site=site)
     core, core_source = _core_axis(model, site, sg, pl, set(prefixes))
     control = random_axis(axis, seed=seed)
@@ -150,7 +156,7 @@ def study(model, *, n_prefixes: int = 128, n_contrast: int = 512, max_new_tokens
         rates[name] = _rates(prefixes, generate(model, prefixes, ivs, max_new_tokens=max_new_tokens, record=False))
     control_flip = (rates["control_add"]["flip_rate"] + rates["control_add_neg"]["flip_rate"]) / 2
     return {
-        "site": site, "site_scores": scores, "n": len(prefixes), "n_contrast": len(sg) + len(pl),
+        "site": site, "site_scores": scores, "site_generation_scores": generation_scores, "n": len(prefixes), "n_contrast": len(sg) + len(pl),
         "flip_rate": rates["diff_means"]["flip_rate"],
         "grammatical_rate": rates["diff_means"]["grammatical_rate"],
         "core_flip_rate": rates["core"]["flip_rate"], "core_grammatical_rate": rates["core"]["grammatical_rate"],
@@ -171,8 +177,9 @@ def repro(progress: bool = True) -> dict[str, Any]:
     """`interp repro steering`: the SVA number axis flipped during free generation, per zoo LM.
 
     For each zoo decoder family: build the axis by difference of means (singular vs plural head
-    nouns, last token of sva_id subjects) at the resid_pre site whose flip best inverts the verb
-    choice on a dev set, and a 1-D core at the same site; generate greedy continuations of held-out
+    nouns, last token of sva_id subjects) at the resid_pre site whose flip best inverts the verbs
+    of free generation on dev prefixes (disjoint from the held-out ones), and a 1-D core at the
+    same site; generate greedy continuations of held-out
     prefixes unsteered, flipped, and with a random-direction control of equal norm (added with
     either sign); judge every generated verb with the grammar. Families not yet in the zoo are
     listed under "missing".
