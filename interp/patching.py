@@ -537,7 +537,7 @@ def demo_section(workdir) -> list:
     resid = Grid(resid.values, resid.axes, (resid.labels[0], ("BOS", *words)[: length + 1]), {**resid.meta, "title": f"SVA residual patching by position, e.g. '{subset.text[0]}'"})
     return [
         Heading("Activation patching"),
-        "IOI (training names; the models score as well on held-out names, see the zoo table), clean prompts patched into ABC-corrupted ones, one head's output (hook_z) at a time: "
+        "IOI (training names; the models also solve held-out names, with a smaller logit difference: see the zoo table), clean prompts patched into ABC-corrupted ones, one head's output (hook_z) at a time: "
         "the logit difference IO - S of each patched run. Two families side by side.",
         Grid(side_by_side.values, side_by_side.axes, side_by_side.labels, {**side_by_side.meta, "title": "IOI: patch each head's output (logit diff)"}),
         "Subject-verb agreement with a mismatched prepositional-phrase attractor: the residual stream patched "

@@ -292,3 +292,15 @@ def test_study_chooses_its_site_on_dev_generation(lms):
     gen = out["site_generation_scores"]
     assert set(gen) == set(out["site_scores"]) and all(0.0 <= v <= 1.0 for v in gen.values())
     assert gen[out["site"]] == max(gen.values())
+
+
+def test_dev_prefixes_are_disjoint_from_the_held_out_ones():
+    from interp.steering.study import _dev_prefixes
+    from interp.tasks import english
+
+    held = english.prefixes(128, seed=0)
+    dev = _dev_prefixes(held, 128, seed=3)
+    assert len(dev) == 128 and not set(dev) & set(held)
+    same_draws = english.prefixes(10, seed=3)  # held-out prefixes that the dev draw would repeat
+    dev = _dev_prefixes(same_draws, 20, seed=3)
+    assert len(dev) == 20 and not set(dev) & set(same_draws)

@@ -117,6 +117,17 @@ def _rates(prefixes: Sequence[str], gen: Generation) -> dict[str, float]:
             "grammatical_rate": sum(bool(j["pairs"]) and j["terminated"] for j in judged) / n}
 
 
+def _dev_prefixes(held_out: Sequence[str], n: int, seed: int) -> list[str]:
+    """`n` prefixes drawn like the held-out ones (another seed), none of them held out."""
+    from interp.tasks import english
+
+    held = set(held_out)
+    out = [p for p in english.prefixes(2 * n + len(held), seed=seed) if p not in held][:n]
+    if len(out) < n:
+        raise ValueError(f"only {len(out)} dev prefixes outside the {len(held)} held-out ones; asked for {n}")
+    return out
+
+
 def study(model, *, n_prefixes: int = 128, n_contrast: int = 512, max_new_tokens: int = 10, seed: int = 0,
           progress: bool = False) -> dict[str, Any]:
     """Flip rates of the SVA number axis on held-out prefixes for one model (see `repro`)."""
@@ -128,7 +139,7 @@ def study(model, *, n_prefixes: int = 128, n_contrast: int = 512, max_new_tokens
     dev_task = dev_task[[i for i, t in enumerate(dev_task.text) if t not in set(prefixes)]]
     # The site is chosen on dev prefixes by the measured quantity itself (the flip rate of free
     # generation); the next-token verb choice saturates (1.00 at several sites) and broke ties badly.
-    dev_prefixes = [p for p in english.prefixes(2 * n_prefixes, seed=seed + 3) if p not in set(prefixes)][:n_prefixes]
+    dev_prefixes = _dev_prefixes(prefixes, n_prefixes, seed=seed + 3)
     sites = [f"blocks.{l}.hook_resid_pre" for l in range(1, model.cfg.n_layers)]
     scores, generation_scores = {}, {}
     for site in tqdm(sites, desc="choose site", disable=not progress):

@@ -23,9 +23,9 @@ How the splits are made:
   probability 0.85). ``sva_attractor_mismatch``: always a PP or RC attractor of the other number.
 * Names: `TRAIN_NAMES` (30) appear in the corpus's IOI sentences and ``ioi`` ``train``;
   `TEST_NAMES` (10) appear in ``ioi`` ``test`` and, outside any IOI context, in the corpus's
-  filler sentences (so they are trained tokens). The zoo's language models keep every name's
-  embedding at a shared vector plus a fixed random code (`interp.train.NameCodes`), so a held-out
-  name differs from a training name only in its code.
+  filler sentences. The zoo's language models keep every name's embedding at a shared learned
+  vector plus a fixed random code (`interp.train.NameCodes`): a held-out name differs from a
+  training name only in its code, and that code never took part in an IOI training sentence.
 """
 
 from __future__ import annotations
@@ -248,9 +248,8 @@ def corpus(
     """`n` training sentences; `mix` = fractions of (SVA, IOI, filler).
 
     IOI sentences use TRAIN_NAMES only. Filler sentences use every name, so the held-out
-    TEST_NAMES are trained tokens (as subjects) but never seen in an IOI context: the `ioi`
-    `test` split then asks whether the IOI mechanism generalises to new names, not whether
-    an untrained embedding can be copied."""
+    TEST_NAMES occur in training (as subjects) but never in an IOI context: the `ioi` `test`
+    split asks whether the IOI mechanism generalises to names it was not trained on."""
     _check_n(n)
     if not 0 <= attractor_match <= 1:
         raise ValueError(f"attractor_match={attractor_match} must lie in [0, 1]")
