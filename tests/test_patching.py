@@ -4,7 +4,9 @@ from transformer_lens import patching as tlp
 
 import interp
 from interp import patching
-from interp.hooks import hooks, patch_from
+from interp import run
+from interp.hooks import hooks
+from interp.interventions import Patch
 from interp.metrics import token_ids
 
 
@@ -46,7 +48,7 @@ def test_equals_transformer_lens(family, site, by_pos, tl_fn, tiny_models):
     model = tiny_models[family]
     clean, corrupt = _pair()
     _, clean_cache = model.run_with_cache(clean)
-    ours = patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, cells_per_forward=5, progress=False)
+    ours = patching.activation_patch(model, clean, corrupt, metric=metric, site=site, by_pos=by_pos, variants_per_forward=5, progress=False)
     theirs = tl_fn(model, corrupt, clean_cache, metric).detach().cpu()
     assert ours.values.shape == theirs.shape
     assert (ours.values - theirs).abs().max() <= 1e-4
@@ -56,34 +58,34 @@ def test_equals_transformer_lens(family, site, by_pos, tl_fn, tiny_models):
 @pytest.mark.parametrize("site,by_pos,tl_fn", TL_SITES, ids=[f"{s}-{'pos' if b else 'all'}" for s, b, _ in TL_SITES])
 def test_fine_grained_forwards_equal_transformer_lens(family, site, by_pos, tl_fn, tiny_models, monkeypatch):
     """With no fixed cost per forward, the plan gives nearly every (layer, position) its own forward."""
-    monkeypatch.setattr(patching, "_FORWARD_COST", 0)
+    monkeypatch.setattr(run, "FORWARD_COST", 0)
     model = tiny_models[family]
     clean, corrupt = _pair(3)
-    cells = patching._cells_and_axes(model, site, by_pos, clean.shape[1])[0]
-    plans = patching.plan_forwards(cells, 3, clean.shape[1], model.cfg.n_layers, 64, True)
+    cells = patching.cells(model, site, by_pos, clean.shape[1])[0]
+    plans = run.plan_forwards([(c[0], c[1] or 0) for c in cells], 3, clean.shape[1], model.cfg.n_layers, 64, True)
     assert len({(layer, start) for layer, start, _ in plans}) == len({(c[0], c[1] or 0) for c in cells})
     _, clean_cache = model.run_with_cache(clean)
-    ours = patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, progress=False)
+    ours = patching.activation_patch(model, clean, corrupt, metric=metric, site=site, by_pos=by_pos, progress=False)
     theirs = tl_fn(model, corrupt, clean_cache, metric).detach().cpu()
     assert (ours.values - theirs).abs().max() <= 1e-4
 
 
-@pytest.mark.parametrize("site", list(patching.SITES))
+@pytest.mark.parametrize("site", ["resid_pre", "resid_mid", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern"])
 def test_clean_into_clean_and_corrupt_into_corrupt(site, llama):
     clean, corrupt = _pair(1)
     with torch.no_grad():
         clean_value, corrupt_value = float(metric(llama(clean))), float(metric(llama(corrupt)))
-    same = patching.activation_patch(llama, clean, clean, metric, site=site, by_pos=True, progress=False)
+    same = patching.activation_patch(llama, clean, clean, metric=metric, site=site, by_pos=True, progress=False)
     assert torch.allclose(same.values, torch.full_like(same.values, clean_value), atol=1e-5)
-    noise = patching.activation_patch(llama, corrupt, corrupt, metric, site=site, direction="noise", progress=False)
+    noise = patching.activation_patch(llama, corrupt, corrupt, metric=metric, site=site, direction="noise", progress=False)
     assert torch.allclose(noise.values, torch.full_like(noise.values, corrupt_value), atol=1e-5)
     assert same.meta["clean_metric"] == pytest.approx(clean_value)
 
 
 def test_noise_is_denoise_with_roles_swapped(gpt2):
     clean, corrupt = _pair(2)
-    a = patching.activation_patch(gpt2, clean, corrupt, metric, site="z", direction="noise", progress=False)
-    b = patching.activation_patch(gpt2, corrupt, clean, metric, site="z", direction="denoise", progress=False)
+    a = patching.activation_patch(gpt2, clean, corrupt, metric=metric, site="z", direction="noise", progress=False)
+    b = patching.activation_patch(gpt2, corrupt, clean, metric=metric, site="z", direction="denoise", progress=False)
     assert torch.allclose(a.values, b.values)
 
 
@@ -93,8 +95,8 @@ def test_attribution_equals_exact_on_a_linear_model(gpt2):
     clean, corrupt = _pair(3)
     fixed = [("ln_final.hook_scale", lambda act, *, hook: torch.full_like(act, 0.5))]
     with hooks(gpt2, fixed):
-        exact = patching.activation_patch(gpt2, clean, corrupt, metric, site="mlp_out", by_pos=True, progress=False)
-        approx = patching.attribution_patch(gpt2, clean, corrupt, metric, site="mlp_out", by_pos=True)
+        exact = patching.activation_patch(gpt2, clean, corrupt, metric=metric, site="mlp_out", by_pos=True, progress=False)
+        approx = patching.attribution_patch(gpt2, clean, corrupt, metric=metric, site="mlp_out", by_pos=True)
     last = exact.values[-1] - exact.meta["corrupt_metric"]
     assert last[-1].abs() > 1e-5  # the metric reads the last position, so only it moves
     assert torch.allclose(approx.values[-1], last, rtol=1e-3, atol=1e-8)
@@ -102,8 +104,8 @@ def test_attribution_equals_exact_on_a_linear_model(gpt2):
 
 def test_attribution_tracks_exact_on_a_real_model(gpt2):
     clean, corrupt = _pair(4)
-    exact = patching.activation_patch(gpt2, clean, corrupt, metric, site="z", progress=False)
-    approx = patching.attribution_patch(gpt2, clean, corrupt, metric, site="z")
+    exact = patching.activation_patch(gpt2, clean, corrupt, metric=metric, site="z", progress=False)
+    approx = patching.attribution_patch(gpt2, clean, corrupt, metric=metric, site="z")
     delta = exact.values - exact.meta["corrupt_metric"]
     assert approx.axes == exact.axes
     assert torch.corrcoef(torch.stack([delta.flatten(), approx.values.flatten()]))[0, 1] > 0.9
@@ -113,31 +115,32 @@ def test_path_patching_matches_a_hand_written_computation(gpt2):
     clean, corrupt = _pair(5)
     _, cc = gpt2.run_with_cache(clean)
     _, kc = gpt2.run_with_cache(corrupt)
-    freeze = [
-        ("blocks.0.attn.hook_z", patch_from(kc["blocks.0.attn.hook_z"], head=1)),
-        ("blocks.1.attn.hook_z", patch_from(cc["blocks.1.attn.hook_z"])),
-        ("blocks.0.hook_mlp_out", patch_from(cc["blocks.0.hook_mlp_out"])),
-        ("blocks.1.hook_mlp_out", patch_from(cc["blocks.1.hook_mlp_out"])),
+    freeze = [  # plain TL hooks, written out by hand
+        ("blocks.0.attn.hook_z", lambda act, *, hook: torch.cat([act[:, :, :1], kc["blocks.0.attn.hook_z"][:, :, 1:2], act[:, :, 2:]], 2)),
+        ("blocks.1.attn.hook_z", lambda act, *, hook: cc["blocks.1.attn.hook_z"]),
+        ("blocks.0.hook_mlp_out", lambda act, *, hook: cc["blocks.0.hook_mlp_out"]),
+        ("blocks.1.hook_mlp_out", lambda act, *, hook: cc["blocks.1.hook_mlp_out"]),
     ]
     seen = {}
     with torch.no_grad():
         with hooks(gpt2, freeze + [("blocks.1.attn.hook_q", lambda act, *, hook: seen.setdefault("q", act.clone()))]):
             direct = float(metric(gpt2(clean)))
-        with hooks(gpt2, [("blocks.1.attn.hook_q", patch_from(seen["q"], head=2))]):
+        q = seen["q"]
+        with hooks(gpt2, [("blocks.1.attn.hook_q", lambda act, *, hook: torch.cat([act[:, :, :2], q[:, :, 2:3], act[:, :, 3:]], 2))]):
             via_q = float(metric(gpt2(clean)))
-    to_q = patching.path_patch(gpt2, clean, corrupt, metric, senders=[(0, 1), (0, 3)], receivers=[(1, 2, "q")], progress=False)
+    to_q = patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(0, 1), (0, 3)], receivers=[(1, 2, "q")], progress=False)
     assert to_q.values[0, 1].item() == pytest.approx(via_q, abs=1e-6)
     assert torch.isnan(to_q.values[1]).all() and torch.isnan(to_q.values[0, 0])
-    to_logits = patching.path_patch(gpt2, clean, corrupt, metric, progress=False)
+    to_logits = patching.path_patch(gpt2, clean, corrupt, metric=metric, progress=False)
     assert to_logits.values[0, 1].item() == pytest.approx(direct, abs=1e-6)
 
 
 def test_path_patching_handles_gqa(llama):
     clean, corrupt = _pair(6)
-    g = patching.path_patch(llama, clean, corrupt, metric, receivers=[(1, 1, "k"), (1, 0, "v"), (1, 3, "q")], progress=False)
+    g = patching.path_patch(llama, clean, corrupt, metric=metric, receivers=[(1, 1, "k"), (1, 0, "v"), (1, 3, "q")], progress=False)
     assert g.axes == ("layer", "head") and torch.isfinite(g.values[0]).all()
     with pytest.raises(IndexError, match="kv head 3"):
-        patching.path_patch(llama, clean, corrupt, metric, receivers=[(1, 3, "k")])
+        patching.path_patch(llama, clean, corrupt, metric=metric, receivers=[(1, 3, "k")])
 
 
 def test_accepts_tasks(tiny_models):
@@ -148,7 +151,7 @@ def test_accepts_tasks(tiny_models):
         text=("a", "b", "c"),
     )
     g = patching.activation_patch(model, task, site="resid_pre", progress=False)
-    raw = patching.activation_patch(model, task.clean, task.corrupt, metric, site="resid_pre", progress=False)
+    raw = patching.activation_patch(model, task.clean, task.corrupt, metric=metric, site="resid_pre", progress=False)
     assert torch.allclose(g.values, raw.values) and g.meta["task"] == "toy"
     assert patching.attribution_patch(model, task, site="z").axes == ("layer", "head")
 
@@ -156,17 +159,17 @@ def test_accepts_tasks(tiny_models):
 def test_bad_input_errors(gpt2):
     clean, corrupt = _pair()
     with pytest.raises(ValueError, match=r"\(3, 7\).*\(3, 6\)"):
-        patching.activation_patch(gpt2, clean, corrupt[:, :6], metric, site="z")
+        patching.activation_patch(gpt2, clean, corrupt[:, :6], metric=metric, site="z")
     with pytest.raises(ValueError, match="unknown site 'zz'.*resid_pre"):
-        patching.activation_patch(gpt2, clean, corrupt, metric, site="zz")
+        patching.activation_patch(gpt2, clean, corrupt, metric=metric, site="zz")
     with pytest.raises(ValueError, match="scalar"):
-        patching.activation_patch(gpt2, clean, corrupt, lambda lg: lg[:, -1, 7], site="z")
+        patching.activation_patch(gpt2, clean, corrupt, metric=lambda lg: lg[:, -1, 7], site="z")
     with pytest.raises(ValueError, match="NaN"):
-        patching.activation_patch(gpt2, clean, corrupt, lambda lg: lg.sum() * float("nan"), site="z")
+        patching.activation_patch(gpt2, clean, corrupt, metric=lambda lg: lg.sum() * float("nan"), site="z")
     with pytest.raises(IndexError, match="layer 5"):
-        patching.path_patch(gpt2, clean, corrupt, metric, senders=[(5, 0)])
+        patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(5, 0)])
     with pytest.raises(IndexError, match="head 9"):
-        patching.path_patch(gpt2, clean, corrupt, metric, senders=[(0, 9)])
+        patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(0, 9)])
     with pytest.raises(ValueError, match="'cabinet door' is not a single token"):
         token_ids(gpt2, ["cabinet", "cabinet door"])
     assert token_ids(gpt2, ["cabinet", "mary"]).tolist() == [gpt2.to_single_token("cabinet"), gpt2.to_single_token("mary")]
@@ -176,7 +179,7 @@ def test_attribution_equals_transformer_lens_node_scores(gpt2):
     from transformer_lens.tools.analysis import attribution_patching as tl_attr
 
     clean, corrupt = _pair(7)
-    ours = patching.attribution_patch(gpt2, clean, corrupt, metric, site="z")
+    ours = patching.attribution_patch(gpt2, clean, corrupt, metric=metric, site="z")
     theirs = tl_attr.attribution_patch(gpt2, clean, corrupt, metric)
     heads = torch.zeros_like(ours.values)
     for node, score in theirs.node_scores.items():  # TL scores each head per position
@@ -189,7 +192,7 @@ def test_attribution_equals_transformer_lens_node_scores(gpt2):
 @pytest.mark.parametrize("resumable", [True, False])
 def test_plan_forwards_covers_every_cell_once_from_an_early_enough_start(resumable):
     cells = [(l, p, h) for l in range(3) for p in range(6) for h in range(2)] + [(l, None, 0) for l in range(3)]
-    plans = patching.plan_forwards(cells, batch=4, n_pos=6, n_layers=3, size=5, resumable=resumable)
+    plans = run.plan_forwards([(c[0], c[1] or 0) for c in cells], batch=4, n_pos=6, n_layers=3, size=5, resumable=resumable)
     seen = sorted(i for _, _, members in plans for i in members)
     assert seen == list(range(len(cells)))
     for layer, start, members in plans:
@@ -207,10 +210,10 @@ def test_bert_patching_runs_whole_forwards_and_equals_transformer_lens(tiny_mode
     bert = tiny_models["bert"]
     assert not interp.model.can_resume(bert)
     clean, corrupt = _pair(2)
-    cells = patching._cells_and_axes(bert, "z", True, clean.shape[1])[0]
-    plans = patching.plan_forwards(cells, 3, clean.shape[1], bert.cfg.n_layers, 5, interp.model.can_resume(bert))
+    cells = patching.cells(bert, "z", True, clean.shape[1])[0]
+    plans = run.plan_forwards([(c[0], c[1] or 0) for c in cells], 3, clean.shape[1], bert.cfg.n_layers, 5, interp.model.can_resume(bert))
     assert all((layer, start) == (0, 0) for layer, start, _ in plans)
     _, clean_cache = bert.run_with_cache(clean)
-    ours = patching.activation_patch(bert, clean, corrupt, metric, site="z", by_pos=True, progress=False)
+    ours = patching.activation_patch(bert, clean, corrupt, metric=metric, site="z", by_pos=True, progress=False)
     theirs = tlp.get_act_patch_attn_head_out_by_pos(bert, corrupt, clean_cache, metric).detach().cpu()
     assert (ours.values - theirs).abs().max() <= 1e-4 and ours.values.std() > 0

@@ -1,0 +1,339 @@
+"""The intervention protocol: interventions are data that name their sites and transform activations.
+
+An *activation intervention* is a frozen dataclass with
+
+    sites      the full hook names it touches (interp.sites resolves short names)
+    first_pos  the first position it may change (0: any); a causal forward may begin there
+    __call__(act, *, site, start) -> act
+               the new activation at one of its sites. `start` is the absolute position of
+               act's first position along its position axis (non-zero when the runner resumed a
+               forward, or a generator runs one new token on a KV cache); rows are the rows of
+               the input that the runner was given.
+
+`interp.run` is the one place that turns interventions into hooks, runs many side by side in one
+batched forward, and removes its hooks. Capabilities define their own interventions on the same
+protocol (`interp.steering.Steer`, the simplifiers); the generic ones live here:
+
+    Patch       write a source activation at a position and/or head (activation patching)
+    Mask        act * m + ref * (1 - m) per head or for the whole site (ablation, head masks)
+    Project     keep / remove / flip a subspace (algorithmic cores), at all or chosen positions
+
+A *weight edit* changes parameters instead, applied by the runner for the duration of a forward
+(`torch.func.functional_call`: the model's own tensors are never written):
+
+    WeightDelta   w + scale * delta for named parameters (fine-tune deltas, grafting)
+    WeightMask    w * mask for named parameters (parameter probing, pruning)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+from interp.errors import InterpError
+from interp.sites import hook_name, kind_of, position_axis
+
+__all__ = [
+    "ABLATIONS", "Ablation", "Intervention", "Mask", "Patch", "Project", "Reference", "WeightDelta",
+    "WeightEdit", "WeightMask", "project",
+]
+
+Ablation = Literal["zero", "mean", "resample"]
+ABLATIONS: tuple[str, ...] = ("zero", "mean", "resample")
+PROJECTIONS: tuple[str, ...] = ("core_only", "core_removed", "core_flipped")
+
+
+@runtime_checkable
+class Intervention(Protocol):
+    """What the runner needs of an activation intervention (see the module docstring)."""
+
+    @property
+    def sites(self) -> tuple[str, ...]: ...
+
+    @property
+    def first_pos(self) -> int: ...
+
+    def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor: ...
+
+
+@runtime_checkable
+class WeightEdit(Protocol):
+    """What the runner needs of a parameter intervention: names and the new value of each."""
+
+    @property
+    def params(self) -> tuple[str, ...]: ...
+
+    def weight(self, name: str, value: Tensor) -> Tensor: ...
+
+
+def _from(x: Tensor, axis: int, start: int) -> Tensor:
+    return x.narrow(axis, start, x.shape[axis] - start) if start else x
+
+
+def _check_shape(what: str, got: Tensor, want: torch.Size, site: str) -> None:
+    if got.shape != want:
+        raise InterpError(f"{what} has shape {tuple(got.shape)} but the activation at {site} has {tuple(want)}")
+
+
+def _index(x: int | None) -> slice | int:
+    return slice(None) if x is None else x
+
+
+# ---------------------------------------------------------------------------------------------
+# activation interventions
+
+
+@dataclass(frozen=True)
+class Patch:
+    """Overwrite the activation at `site` with `source` ([batch, ...], the full activation of
+    another run), at one position (`pos`; the destination position for attention maps) and/or
+    one head, or whole when both are None."""
+
+    site: str
+    source: Tensor
+    pos: int | None = None
+    head: int | None = None
+    layer: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "site", hook_name(self.site, self.layer))
+        if self.head is not None and kind_of(self.site) not in ("head", "pattern"):
+            raise InterpError(f"head={self.head} needs a per-head site (z, q, k, v, pattern), not {self.site}")
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.site,)
+
+    @property
+    def first_pos(self) -> int:
+        return self.pos or 0
+
+    def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
+        axis = position_axis(self.site)
+        source = _from(self.source, axis, start)
+        _check_shape("patch source", source, act.shape, self.site)
+        out = act.clone()
+        pos = None if self.pos is None else self.pos - start
+        if kind_of(self.site) == "pattern":  # [batch, head, dest, src]
+            out[:, _index(self.head), _index(pos)] = source[:, _index(self.head), _index(pos)].to(act.dtype)
+        elif self.head is not None:  # [batch, pos, head, d_head]
+            out[:, _index(pos), self.head] = source[:, _index(pos), self.head].to(act.dtype)
+        else:
+            out[:, _index(pos)] = source[:, _index(pos)].to(act.dtype)
+        return out
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What an ablated unit is replaced by at one site (built by `interp.run.reference`).
+
+    zero: `values` is a 0-d zero. mean: `values` is [pos, ...] (per-position mean over reference
+    rows, padding excluded) and `pooled` [...] the mean over all their positions, used past the
+    reference width. resample: `values` is [batch, pos, ...], one row per input row.
+    """
+
+    ablation: str
+    values: Tensor
+    pooled: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.ablation not in ABLATIONS:
+            raise InterpError(f"ablation {self.ablation!r} is not one of {ABLATIONS}")
+
+    def like(self, act: Tensor, start: int = 0) -> Tensor:
+        """The reference for `act` [batch, pos, ...] whose first position is `start`."""
+        if self.ablation == "zero":
+            return self.values
+        if self.ablation == "resample":
+            values = _from(self.values, 1, start)
+            if values.shape != act.shape:
+                raise InterpError(
+                    f"resample reference has shape {tuple(self.values.shape)} but the activation has "
+                    f"{tuple(act.shape)}; pass reference token rows of the same shape as the input")
+            return values
+        end, have = start + act.shape[1], self.values.shape[0]
+        if end <= have:
+            return self.values[start:end]
+        extra = self.pooled.expand(end - max(have, start), *self.pooled.shape)
+        return torch.cat([self.values[start:have], extra], 0) if start < have else extra
+
+    def rows(self, index: Tensor) -> Reference:
+        """The reference for a subset of input rows (only resample references have rows)."""
+        if self.ablation != "resample":
+            return self
+        return Reference(self.ablation, self.values[index], self.pooled)
+
+
+@dataclass(frozen=True)
+class Mask:
+    """act * m + ref * (1 - m) at one site: exact at m = 1 (unchanged) and m = 0 (ablated).
+
+    `mask` is [head] on a per-head site ([batch, pos, head, d_head]) or a 0-d value on any other
+    site; it may require grad (learned masks). `reference` is what m = 0 means.
+    """
+
+    site: str
+    mask: Tensor
+    reference: Reference = field(default_factory=lambda: Reference("zero", torch.zeros(())))
+    layer: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "site", hook_name(self.site, self.layer))
+        per_head = kind_of(self.site) in ("head", "pattern")
+        if per_head and self.mask.ndim != 1:
+            raise InterpError(f"a mask on {self.site} is one value per head ([head]), got shape {tuple(self.mask.shape)}")
+        if not per_head and self.mask.numel() != 1:
+            raise InterpError(f"a mask on {self.site} is one value (0-d), got shape {tuple(self.mask.shape)}")
+
+    @classmethod
+    def ablate(cls, site: str, heads=None, reference: Reference | None = None, *, n_heads: int | None = None,
+               layer: int | None = None) -> Mask:
+        """Ablate chosen heads (an int or a list; `n_heads` is the site's head count) or the whole site."""
+        ref = reference if reference is not None else Reference("zero", torch.zeros(()))
+        if heads is None:
+            return cls(site, torch.zeros(()), ref, layer)
+        if n_heads is None:
+            raise InterpError("ablating chosen heads needs n_heads, the number of heads at the site")
+        m = torch.ones(n_heads)
+        idx = [heads] if isinstance(heads, int) else list(heads)
+        for h in idx:
+            if not 0 <= h < n_heads:
+                raise InterpError(f"head {h} is out of range: the site has heads 0..{n_heads - 1}")
+        m[idx] = 0.0
+        return cls(site, m, ref, layer)
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.site,)
+
+    @property
+    def first_pos(self) -> int:
+        return 0
+
+    def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
+        ref = self.reference.like(act, start).to(act)
+        if kind_of(self.site) == "pattern":  # [batch, head, dest, src]
+            m = self.mask.to(act)[:, None, None]
+        elif kind_of(self.site) == "head":
+            if self.mask.shape != (act.shape[2],):
+                raise InterpError(f"head mask has shape {tuple(self.mask.shape)} but {site} has {act.shape[2]} heads {tuple(act.shape)}")
+            m = self.mask.to(act)[:, None]  # [head, 1] against [..., head, d_head]
+        else:
+            m = self.mask.to(act).reshape(())
+        return act * m + ref * (1 - m)
+
+
+def project(h: Tensor, basis: Tensor, mean: Tensor, mode: str) -> Tensor:
+    """The subspace interventions with projector P = B B^T and mean mu: "core_only" mu + P(h - mu);
+    "core_removed" h - P(h - mu); "core_flipped" h - 2 P(h - mu)."""
+    b, mu = basis.to(h), mean.to(h)
+    inside = ((h - mu) @ b) @ b.T
+    if mode == "core_only":
+        return mu + inside
+    if mode == "core_removed":
+        return h - inside
+    if mode == "core_flipped":
+        return h - 2 * inside
+    raise InterpError(f"mode={mode!r} is not one of {PROJECTIONS}")
+
+
+@dataclass(frozen=True)
+class Project:
+    """`project(h, basis, mean, mode)` on a [batch, pos, d] activation: at every position, or at
+    one position per row (`positions` [batch], e.g. a task's answer positions)."""
+
+    site: str
+    basis: Tensor  # [d, k], orthonormal columns
+    mean: Tensor  # [d]
+    mode: str = "core_removed"
+    positions: Tensor | None = None
+    layer: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "site", hook_name(self.site, self.layer))
+        if self.mode not in PROJECTIONS:
+            raise InterpError(f"mode={self.mode!r} is not one of {PROJECTIONS}")
+        if self.basis.ndim != 2 or self.mean.shape != (self.basis.shape[0],):
+            raise InterpError(f"basis {tuple(self.basis.shape)} must be [d, k] and mean {tuple(self.mean.shape)} [d]")
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.site,)
+
+    @property
+    def first_pos(self) -> int:
+        return 0 if self.positions is None or not len(self.positions) else int(self.positions.min())
+
+    def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
+        if act.shape[-1] != self.basis.shape[0]:
+            raise InterpError(f"basis is [{self.basis.shape[0]}, k] but {site} has width {act.shape[-1]}")
+        if self.positions is None:
+            return project(act, self.basis, self.mean, self.mode)
+        if self.positions.shape != (act.shape[0],):
+            raise InterpError(f"positions {tuple(self.positions.shape)} must be one per row of the activation {tuple(act.shape)}")
+        rows = torch.arange(act.shape[0], device=act.device)
+        pos = self.positions.to(act.device) - start
+        out = act.clone()
+        out[rows, pos] = project(act[rows, pos], self.basis, self.mean, self.mode)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# weight edits
+
+
+def _tensors(what: str, values: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    if not values:
+        raise InterpError(f"{what} names no parameters")
+    out = {}
+    for name, t in values.items():
+        if not isinstance(t, Tensor):
+            raise InterpError(f"{what}[{name!r}] must be a tensor, got {type(t).__name__}")
+        out[name] = t
+    return out
+
+
+@dataclass(frozen=True)
+class WeightDelta:
+    """w + scale * delta[name] for each named parameter (a fine-tuning delta, a graft)."""
+
+    deltas: Mapping[str, Tensor]
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "deltas", _tensors("WeightDelta", self.deltas))
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(self.deltas)
+
+    def weight(self, name: str, value: Tensor) -> Tensor:
+        delta = self.deltas[name]
+        if delta.shape != value.shape:
+            raise InterpError(f"delta for {name} has shape {tuple(delta.shape)} but the parameter has {tuple(value.shape)}")
+        return value + self.scale * delta.to(value)
+
+
+@dataclass(frozen=True)
+class WeightMask:
+    """w * mask[name] for each named parameter (1 keeps a weight, 0 prunes it; shapes broadcast)."""
+
+    masks: Mapping[str, Tensor]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "masks", _tensors("WeightMask", self.masks))
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(self.masks)
+
+    def weight(self, name: str, value: Tensor) -> Tensor:
+        mask = self.masks[name]
+        try:
+            torch.broadcast_shapes(mask.shape, value.shape)
+        except RuntimeError:
+            raise InterpError(f"mask for {name} has shape {tuple(mask.shape)}, which does not broadcast to {tuple(value.shape)}") from None
+        return value * mask.to(value)

@@ -1,0 +1,405 @@
+"""The one runner: a model under interventions -> logits, activations, gradients or a metric.
+
+Every capability runs "the model under interventions" through this module, the only place that
+turns interventions (`interp.interventions`) into hooks; the hooks are always removed, even on
+error, and a model handed in comes back unchanged.
+
+    intervened(model, interventions, start=0)   context: the body runs under them
+    logits(model, tokens, interventions)         one forward
+    cache(model, tokens, names, interventions)   one forward, recording activations
+    with_grad(model, tokens, names, interventions)  one forward whose recorded activations are
+                                                 in the autograd graph (for attribution)
+    reference(model, names, ablation, tokens)    what zero / mean / resample ablation replaces with
+    evaluate(model, tokens, variants, metric)    the metric under each of many variants, side by side
+
+`evaluate` is what makes scans cheap: the base input is repeated once per variant along the batch
+axis ([variants * batch, pos]) and one hook per site applies each variant's interventions to its
+own slice. On a causal decoder each forward also begins where its variants first differ from
+the base run: at the earliest intervened block (the residual entering it comes from one recorded
+base run; earlier blocks are not run) and at the earliest intervened position (keys and values of
+earlier positions come from the base run's KV cache, and their logits are the base run's).
+Variants with weight edits run with those weights, each group of equal edits on its own base run.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence, Union
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp.errors import InterpError
+from interp.hooks import hooks
+from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
+from interp.metrics import Metric
+from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
+from interp.sites import layer_of
+
+__all__ = [
+    "Variant", "cache", "evaluate", "intervened", "logits", "plan_forwards", "reference", "scalar", "with_grad",
+]
+
+Item = Union[Intervention, WeightEdit]
+Variant = Sequence[Item]  # what one side-by-side run applies
+
+
+def _split(items: Sequence[Item]) -> tuple[list[Intervention], list[WeightEdit]]:
+    acts, edits = [], []
+    for item in items:
+        if isinstance(item, Intervention):
+            acts.append(item)
+        elif isinstance(item, WeightEdit):
+            edits.append(item)
+        else:
+            raise InterpError(f"{type(item).__name__} is not an intervention: it needs sites, first_pos and "
+                              "__call__(act, *, site, start), or params and weight(name, value)")
+    return acts, edits
+
+
+def _hook_list(interventions: Sequence[Intervention], start: int) -> list[tuple[str, Callable]]:
+    by_site: dict[str, list[Intervention]] = {}
+    for iv in interventions:
+        for site in iv.sites:
+            by_site.setdefault(site, []).append(iv)
+
+    def at(site: str, ivs: list[Intervention]) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> Tensor:
+            for iv in ivs:
+                act = iv(act, site=site, start=start)
+            return act
+
+        return hook_fn
+
+    return [(site, at(site, ivs)) for site, ivs in by_site.items()]
+
+
+def _param_aliases(model) -> dict[str, list[str]]:
+    """Every name of each parameter, by its first name (tied embeddings share one tensor)."""
+    first: dict[int, str] = {}
+    aliases: dict[str, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        key = first.setdefault(id(p), name)
+        aliases.setdefault(key, []).append(name)
+    return {alias: names for names in aliases.values() for alias in names}
+
+
+@contextmanager
+def _edited(model, edits: Sequence[WeightEdit]) -> Iterator[None]:
+    """Parameters replaced by their edited values for the body; the model's own tensors are never
+    written, and the originals are back on exit, even on error."""
+    if not edits:
+        yield
+        return
+    aliases = _param_aliases(model)
+    new: dict[str, Tensor] = {}
+    for edit in edits:
+        for name in edit.params:
+            if name not in aliases:
+                import difflib
+
+                near = difflib.get_close_matches(name, list(aliases), n=5, cutoff=0.5)
+                raise InterpError(f"unknown parameter {name!r}; nearest: {near or 'none'} (see model.named_parameters())")
+            current = new.get(name, model.get_parameter(name))
+            new[name] = edit.weight(name, current)
+    swaps = [(alias, value) for name, value in new.items() for alias in aliases[name]]
+    done: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
+    try:
+        for alias, value in swaps:
+            path, _, attr = alias.rpartition(".")
+            module = model.get_submodule(path)
+            done.append((module, attr, module._parameters.pop(attr)))
+            setattr(module, attr, value)
+        yield
+    finally:
+        for module, attr, original in reversed(done):
+            if attr in module.__dict__:
+                del module.__dict__[attr]
+            module._parameters[attr] = original
+
+
+@contextmanager
+def intervened(model, interventions: Variant = (), *, start: int = 0) -> Iterator[object]:
+    """Run the body with `interventions` applied (hooks and weight edits), all removed on exit.
+
+    `start` is the absolute position of the first position the body's forwards compute (non-zero
+    only for a forward over new tokens on a KV cache, as a generator runs)."""
+    acts, edits = _split(interventions)
+    with _edited(model, edits), hooks(model, _hook_list(acts, start)):
+        yield model
+
+
+def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
+    """Logits [batch, pos, d_vocab] of one forward on `tokens` under `interventions` (no grad)."""
+    with torch.no_grad(), intervened(model, interventions):
+        return model(tokens)
+
+
+def cache(model, tokens: Tensor, names: Sequence[str], interventions: Variant = ()) -> tuple[Tensor, dict[str, Tensor]]:
+    """(logits, {name: activation}) of one forward; activations are recorded after interventions."""
+    found: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> None:
+            found[name] = act.detach()
+
+        return hook_fn
+
+    with torch.no_grad(), intervened(model, interventions), hooks(model, [(n, keep(n)) for n in names]):
+        out = model(tokens)
+    return out, found
+
+
+def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Variant = ()) -> tuple[Tensor, dict[str, Tensor]]:
+    """(logits, {name: activation}) of one forward with autograd on: each activation is in the
+    graph, so `torch.autograd.grad(f(logits), acts)` gives d f / d activation at every name at once.
+    With frozen weights the graph starts at the embeddings."""
+    found: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> Tensor:
+            found[name] = act.view_as(act)  # a fresh view that the forward continues from
+            return found[name]
+
+        return hook_fn
+
+    fwd = [(n, keep(n)) for n in names]
+    if not any(p.requires_grad for p in model.parameters()):
+        fwd.insert(0, ("hook_embed", lambda act, *, hook: act.detach().requires_grad_(True)))
+    with torch.enable_grad(), intervened(model, interventions), hooks(model, fwd):
+        out = model(tokens)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise InterpError(f"{missing} did not run in this forward")
+    return out, found
+
+
+def _pad_id(model) -> int | None:
+    tok = getattr(model, "tokenizer", None)
+    return getattr(tok, "pad_token_id", None) if tok is not None else None
+
+
+def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None = None, *, chunk: int = 256) -> dict[str, Reference]:
+    """One `Reference` per hook name: zero (no tokens), mean over `tokens` rows (per position,
+    padding excluded, pooled over positions past their width), or resample (the activations of
+    `tokens`, which must have the shape of the input the interventions will see)."""
+    if ablation not in ABLATIONS:
+        raise InterpError(f"ablation {ablation!r} is not one of {ABLATIONS}")
+    if ablation == "zero":
+        if tokens is not None:
+            raise InterpError("zero ablation takes no reference tokens")
+        return {n: Reference("zero", torch.zeros(())) for n in names}
+    if tokens is None:
+        raise InterpError(f"{ablation} ablation needs reference token rows [batch, pos] (e.g. task.clean)")
+    if tokens.ndim != 2:
+        raise InterpError(f"reference tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+    parts: dict[str, list[Tensor]] = {n: [] for n in names}
+    for i in range(0, tokens.shape[0], chunk):
+        _, acts = cache(model, tokens[i : i + chunk].to(model.cfg.device), names)
+        for n in names:
+            parts[n].append(acts[n])
+    pad = _pad_id(model)
+    valid = torch.ones(tokens.shape, dtype=torch.bool) if pad is None else (tokens != pad).cpu()
+    valid[:, 0] = True  # a row is never all padding
+    out = {}
+    for n in names:
+        a = torch.cat(parts[n], 0)  # [batch, pos, ...]
+        if ablation == "resample":
+            out[n] = Reference("resample", a)
+            continue
+        w = valid.to(a).view(*valid.shape, *([1] * (a.ndim - 2)))  # [batch, pos, 1...]
+        pooled = (a * w).sum((0, 1)) / w.sum((0, 1))
+        count = w.sum(0)  # [pos, 1...]
+        per_pos = torch.where(count > 0, (a * w).sum(0) / count.clamp_min(1), pooled)
+        out[n] = Reference("mean", per_pos, pooled)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# many variants side by side
+
+
+def scalar(metric: Metric, logits: Tensor, what: str) -> float:
+    """`metric(logits)` as a float; InterpError if it is not a finite-or-inf scalar."""
+    value = metric(logits)
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise InterpError(f"the metric must return a scalar tensor, got {shape} on the {what} run; reduce with .mean()")
+    value = float(value)
+    if value != value:
+        raise InterpError(f"the metric returned NaN on the {what} run")
+    return value
+
+
+def _variants_per_forward(model, batch: int, pos: int, requested: int | None) -> int:
+    """Variants per forward: a user value, else what fits comfortably in memory (at most 64)."""
+    if requested is not None:
+        if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+            raise InterpError(f"variants_per_forward={requested!r} must be an int >= 1")
+        return requested
+    cfg = model.cfg
+    # floats kept per row: residual-sized activations (~16 per layer) and attention maps (~4 per head)
+    per_row = 4 * pos * cfg.n_layers * (16 * cfg.d_model + 4 * cfg.n_heads * pos) + 4 * pos * cfg.d_vocab
+    if str(cfg.device).startswith("cuda"):
+        free = torch.cuda.mem_get_info()[0] * 0.5
+    else:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.25
+    return int(max(1, min(64, free // max(1, per_row * batch))))
+
+
+# A forward's fixed cost, in row-positions through every block: what one forward of a 4-layer,
+# d_model-128 model costs beyond its arithmetic on this project's CPU (benchmarks/RESULTS.md).
+FORWARD_COST = 128
+
+
+def plan_forwards(starts: Sequence[tuple[int, int]], batch: int, n_pos: int, n_layers: int, size: int,
+                  resumable: bool) -> list[tuple[int, int, list[int]]]:
+    """Group variants into forwards of at most `size`: [(first block, first position, variant indices)].
+
+    `starts[i]` is variant i's (first intervened block, first intervened position). It leaves every
+    block before it, and (causal attention) every position before it, as in the base run, so its
+    forward may begin there; variants sharing a forward begin at the earliest among them. With
+    variants in (block, position) order, the split minimises the total work, counting each
+    forward's fixed cost as `FORWARD_COST` row-positions (dynamic programming over split points).
+    """
+    if not resumable:
+        return [(0, 0, list(range(i, min(i + size, len(starts))))) for i in range(0, len(starts), size)]
+    order = sorted(range(len(starts)), key=lambda i: starts[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: least cost of the first j variants in order
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        layer, start = n_layers, n_pos
+        for i in range(j - 1, max(-1, j - 1 - size), -1):  # the last forward holds order[i:j]
+            layer, start = min(layer, starts[order[i]][0]), min(start, starts[order[i]][1])
+            cost = best[i] + FORWARD_COST + (j - i) * batch * (n_pos - start) * (n_layers - layer) / n_layers
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    plans, j = [], n
+    while j:
+        members = order[cut[j]:j]
+        plans.append((min(starts[m][0] for m in members), min(starts[m][1] for m in members), members))
+        j = cut[j]
+    return plans[::-1]
+
+
+@dataclass(frozen=True)
+class _BaseRun:
+    """What every resumed forward shares with the unintervened base run, recorded once."""
+
+    logits: Tensor  # [batch, pos, d_vocab]
+    resid: list[Tensor]  # per layer: hook_resid_pre [batch, pos, d_model]
+    keys_values: list[tuple[Tensor, Tensor]]  # per layer: [batch, kv_head, pos, d_head]
+
+
+def _base_run(model, tokens: Tensor) -> _BaseRun:
+    names = [f"blocks.{l}.hook_resid_pre" for l in range(model.cfg.n_layers)]
+    kv = new_kv_cache(model)
+    found: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> None:
+            found[name] = act.detach().clone()
+
+        return hook_fn
+
+    with torch.no_grad(), hooks(model, [(n, keep(n)) for n in names]):
+        out = model(tokens, **kv_cache_kwargs(model, kv))
+    return _BaseRun(out, [found[n] for n in names], cached_keys_values(kv))
+
+
+def _start_of(model, interventions: Sequence[Intervention]) -> tuple[int, int]:
+    """(first block, first position) that the interventions can change."""
+    layers = [layer_of(site) or 0 for iv in interventions for site in iv.sites]
+    return (min(layers), min(iv.first_pos for iv in interventions)) if layers else (model.cfg.n_layers, 0)
+
+
+def _batched_hooks(members: list[list[Intervention]], batch: int, start: int) -> list[tuple[str, Callable]]:
+    by_site: dict[str, list[tuple[int, Intervention]]] = {}
+    for j, ivs in enumerate(members):
+        for iv in ivs:
+            for site in iv.sites:
+                by_site.setdefault(site, []).append((j, iv))
+    n = len(members)
+
+    def at(site: str, touched: list[tuple[int, Intervention]]) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> Tensor:
+            view = act.unflatten(0, (n, batch))  # [variant, batch, ...]
+            out = view.clone()
+            for j, iv in touched:
+                out[j] = iv(out[j], site=site, start=start)
+            return out.flatten(0, 1)
+
+        return hook_fn
+
+    return [(site, at(site, touched)) for site, touched in by_site.items()]
+
+
+def _check_sources(members: Sequence[Intervention], batch: int) -> None:
+    for iv in members:
+        source = getattr(iv, "source", None)
+        if isinstance(source, Tensor) and source.shape[0] != batch:
+            raise InterpError(f"{type(iv).__name__} at {iv.sites} has a source of {source.shape[0]} rows "
+                              f"but the input has {batch}; sources must come from inputs of the same shape")
+
+
+def evaluate(
+    model,
+    tokens: Tensor,
+    variants: Sequence[Variant],
+    metric: Metric,
+    *,
+    variants_per_forward: int | None = None,
+    progress: bool = True,
+    desc: str = "variants",
+) -> Tensor:
+    """The metric of `tokens` [batch, pos] run under each variant (a list of interventions): [variants].
+
+    An empty variant is the base run. See the module docstring for how forwards are shared.
+    """
+    if tokens.ndim != 2:
+        raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+    tokens = tokens.to(model.cfg.device)
+    batch, n_pos = tokens.shape
+    split = [_split(v) for v in variants]
+    out = torch.empty(len(variants))
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (_, edits) in enumerate(split):
+        groups.setdefault(tuple(id(e) for e in edits), []).append(i)
+    size = _variants_per_forward(model, batch, n_pos, variants_per_forward)
+    resumable = can_resume(model)
+    for indices in groups.values():
+        edits = split[indices[0]][1]
+        acts = [split[i][0] for i in indices]
+        for ivs in acts:
+            _check_sources(ivs, batch)
+        starts = [_start_of(model, ivs) for ivs in acts]
+        with torch.no_grad(), _edited(model, edits):
+            base = _base_run(model, tokens) if resumable else None
+            base_logits = base.logits if base is not None else model(tokens)
+            plain = [k for k, s in enumerate(starts) if s[0] >= model.cfg.n_layers]
+            for k in plain:
+                out[indices[k]] = scalar(metric, base_logits, "base")
+            rest = [k for k in range(len(acts)) if k not in set(plain)]
+            plans = plan_forwards([starts[k] for k in rest], batch, n_pos, model.cfg.n_layers, size, resumable)
+            for layer0, start, members in tqdm(plans, desc=desc, disable=not progress or len(plans) < 2):
+                chosen = [rest[m] for m in members]
+                n = len(chosen)
+                with hooks(model, _batched_hooks([acts[k] for k in chosen], batch, start)):
+                    if base is None or (layer0 == 0 and start == 0):
+                        result = model(tokens.repeat(n, 1))
+                    else:
+                        tail = resume(
+                            model, tokens.repeat(n, 1), layer=layer0, start=start,
+                            residual=base.resid[layer0][:, start:].repeat(n, 1, 1),
+                            keys_values=[(k[:, :, :start].repeat(n, 1, 1, 1), v[:, :, :start].repeat(n, 1, 1, 1))
+                                         for k, v in base.keys_values],
+                        )
+                        # positions before `start` are the base run's; the metric sees whole logits
+                        result = torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
+                for j, k in enumerate(chosen):
+                    out[indices[k]] = scalar(metric, result[j * batch : (j + 1) * batch], "intervened")
+    return out

@@ -1,0 +1,105 @@
+"""The one site vocabulary: where in a model an intervention or an analysis acts.
+
+A *site* is one hook point. Every capability accepts it the same two ways:
+
+    short name + layer   "z", 3            -> "blocks.3.attn.hook_z"
+    full hook name       "blocks.3.attn.hook_z"  (layer omitted, or equal to the name's)
+
+Short names (the `SITES` table): resid_pre, resid_mid, resid_post, attn_out, mlp_out (residual
+width, [batch, pos, d_model]); z, q, k, v (per head, [batch, pos, head, d_head]; k and v carry
+key/value heads on grouped-query models); pattern, attn_scores ([batch, head, dest, src]). Any
+other hook name of the model (hook_embed, blocks.L.mlp.hook_post, ...) is accepted in full.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from interp.errors import InterpError
+
+__all__ = ["SITES", "SiteSpec", "check_hook_names", "hook_name", "kind_of", "layer_of", "position_axis"]
+
+Kind = Literal["resid", "head", "pattern", "other"]
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    hook: str  # hook name with {layer}
+    kind: Kind
+    kv: bool = False  # per key/value head (k and v on grouped-query models)
+
+
+SITES: dict[str, SiteSpec] = {
+    "resid_pre": SiteSpec("blocks.{layer}.hook_resid_pre", "resid"),
+    "resid_mid": SiteSpec("blocks.{layer}.hook_resid_mid", "resid"),
+    "resid_post": SiteSpec("blocks.{layer}.hook_resid_post", "resid"),
+    "attn_out": SiteSpec("blocks.{layer}.hook_attn_out", "resid"),
+    "mlp_out": SiteSpec("blocks.{layer}.hook_mlp_out", "resid"),
+    "z": SiteSpec("blocks.{layer}.attn.hook_z", "head"),
+    "q": SiteSpec("blocks.{layer}.attn.hook_q", "head"),
+    "k": SiteSpec("blocks.{layer}.attn.hook_k", "head", kv=True),
+    "v": SiteSpec("blocks.{layer}.attn.hook_v", "head", kv=True),
+    "pattern": SiteSpec("blocks.{layer}.attn.hook_pattern", "pattern"),
+    "attn_scores": SiteSpec("blocks.{layer}.attn.hook_attn_scores", "pattern"),
+}
+_SUFFIX = {spec.hook.split("{layer}.")[1]: spec for spec in SITES.values()}
+_LAYER = re.compile(r"^blocks\.(\d+)\.")
+
+
+def spec_of(site: str) -> SiteSpec:
+    """The SiteSpec of a short name; InterpError listing the valid ones otherwise."""
+    if site not in SITES:
+        near = difflib.get_close_matches(site, list(SITES), n=3, cutoff=0.5)
+        raise InterpError(f"unknown site {site!r}; valid short names: {', '.join(SITES)}"
+                          + (f" (did you mean {', '.join(near)}?)" if near else ""))
+    return SITES[site]
+
+
+def hook_name(site: str, layer: int | None = None) -> str:
+    """The full hook name of `site` (a short name with `layer`, or a full hook name)."""
+    if not isinstance(site, str):
+        raise InterpError(f"a site is a short name with a layer or a full hook name, got {site!r}")
+    if "." in site or site.startswith("hook_"):
+        found = layer_of(site)
+        if layer is not None and found != layer:
+            raise InterpError(f"site {site!r} is in layer {found} but layer={layer} was given; pass one or the other")
+        return site
+    spec = spec_of(site)
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise InterpError(f"site {site!r} is a short name: give its layer as an int (got layer={layer!r}), "
+                          f"or pass the full name {spec.hook!r}")
+    return spec.hook.format(layer=layer)
+
+
+def layer_of(name: str) -> int | None:
+    """The block index of a full hook name (None outside the blocks, e.g. hook_embed)."""
+    m = _LAYER.match(name)
+    return int(m.group(1)) if m else None
+
+
+def kind_of(name: str) -> Kind:
+    """resid / head / pattern for the table's hook names, 'other' for any other hook."""
+    for suffix, spec in _SUFFIX.items():
+        if name.endswith(suffix) and layer_of(name) is not None:
+            return spec.kind
+    return "other"
+
+
+def position_axis(name: str) -> int:
+    """The position axis of the activation at `name`: dest (2) for attention maps, else 1."""
+    return 2 if kind_of(name) == "pattern" else 1
+
+
+def check_hook_names(model, names: Sequence[str]) -> None:
+    """InterpError naming each unknown hook name and the nearest valid ones."""
+    valid = model.hook_dict
+    for name in names:
+        if name not in valid:
+            near = difflib.get_close_matches(name, list(valid), n=5, cutoff=0.5)
+            raise InterpError(
+                f"unknown hook name {name!r}; nearest valid names: {near or 'none'} "
+                f"(see interp.hooks.hook_names(model) for all {len(valid)})"
+            )
