@@ -1,8 +1,11 @@
-"""The plotting layer: `render(result)` -> plotly Figure for every result type; circuitsvis views.
+"""The plotting layer: `render(result)` -> plotly Figure for every result; circuitsvis views.
 
-This is, with report.py, the only module that imports plotly or circuitsvis. A Grid is drawn by
-its number of axes: 1 -> bar chart, 2 -> heatmap, 3 -> faceted heatmaps (one panel per entry of
-the first axis). Axis titles and tick labels come from the Grid itself.
+This is, with report.py, the only module that imports plotly or circuitsvis, and it imports
+`interp.results` only: any result is drawn through its Grid (`to_grid()`), whose `meta["chart"]`
+picks the chart (`interp.results.CHARTS`); without one a Grid is drawn by its number of axes:
+1 -> bar chart, 2 -> heatmap, 3 -> faceted heatmaps (one panel per entry of the first axis). Axis
+titles and tick labels come from the Grid itself, so a new capability draws with no edit here.
+A pandas DataFrame is drawn as a table.
 """
 
 from __future__ import annotations
@@ -11,13 +14,14 @@ import html
 import json
 import uuid
 from dataclasses import dataclass
-from functools import singledispatch
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from interp.results import Grid
+from interp.results import CHARTS, Grid
+
+__all__ = ["Widget", "attention", "circuitsvis_bundle", "render"]
 
 _DIVERGING = "RdBu"
 _SEQUENTIAL = "Viridis"
@@ -42,14 +46,160 @@ def _color(values: torch.Tensor) -> dict[str, Any]:
     return dict(color_continuous_scale=_SEQUENTIAL)
 
 
-@singledispatch
 def render(result: Any):
-    """A plotly Figure for any interp result."""
-    raise TypeError(f"no renderer for {type(result).__name__}; expected an interp result such as Grid")
+    """A plotly Figure for any interp result (a Grid, anything with `to_grid()`, a DataFrame)."""
+    import pandas as pd
+
+    if isinstance(result, pd.DataFrame):
+        return _table(result)
+    if hasattr(result, "to_grid"):
+        grid = result.to_grid()
+        if not isinstance(grid, Grid):
+            raise TypeError(f"{type(result).__name__}.to_grid() returned {type(grid).__name__}, not a Grid")
+        return _grid(grid)
+    raise TypeError(f"no renderer for {type(result).__name__}; expected an interp result (a Grid or one with to_grid())")
 
 
-@render.register
-def _(grid: Grid):
+def _table(frame) -> Any:
+    import plotly.graph_objects as go
+
+    cells = [[html.escape(str(v)) for v in frame[c]] for c in frame.columns]
+    fig = go.Figure(go.Table(header=dict(values=[html.escape(str(c)) for c in frame.columns], align="left"),
+                             cells=dict(values=cells, align="left")))
+    fig.update_layout(template="plotly_white", height=120 + 30 * len(frame))
+    return fig
+
+
+def _grid(grid: Grid):
+    chart = grid.meta.get("chart")
+    if chart is not None and chart not in CHARTS:
+        raise ValueError(f"meta['chart']={chart!r} is not one of {CHARTS}")
+    if chart in ("lines", "bars", "scatter", "complex"):
+        fig = {"lines": _lines, "bars": _bars, "scatter": _scatter, "complex": _complex}[chart](grid)
+        fig.update_layout(title=_title(grid), template="plotly_white")
+        return fig
+    return _by_axes(grid)
+
+
+def _errors(grid: Grid) -> tuple[torch.Tensor, dict[str, Any] | None]:
+    """(values [x, series, ...], error bars) of a Grid whose last axis may be 'quantity'."""
+    values = grid.values.float()
+    if grid.axes[-1] != "quantity":
+        return values, None
+    q = list(grid.labels[-1])
+    if "value" not in q:
+        raise ValueError(f"a 'quantity' axis needs a 'value' entry to draw, got {q}")
+    y = values[..., q.index("value")]
+    if "ci_low" in q and "ci_high" in q:
+        return y, {"high": values[..., q.index("ci_high")] - y, "low": y - values[..., q.index("ci_low")]}
+    if "std" in q:
+        return y, {"high": values[..., q.index("std")], "low": values[..., q.index("std")]}
+    return y, None
+
+
+def _error_y(err: dict[str, Any] | None, index) -> dict[str, Any] | None:
+    if err is None:
+        return None
+    return dict(type="data", symmetric=False, array=err["high"][index].tolist(), arrayminus=err["low"][index].tolist())
+
+
+def _lines(grid: Grid):
+    """(x, series[, panel][, quantity]): one line per series, one panel per entry of the third axis."""
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+    from plotly.subplots import make_subplots
+
+    y, err = _errors(grid)
+    if y.ndim == 1:
+        y = y[:, None]
+        err = None if err is None else {k: v[:, None] for k, v in err.items()}
+    if y.ndim == 2:
+        y = y[..., None]
+        err = None if err is None else {k: v[..., None] for k, v in err.items()}
+    if y.ndim != 3:
+        raise ValueError(f"a lines chart takes (x, series[, panel]) axes, got {grid.axes}")
+    x = _ticks(grid.labels[0])
+    series = _ticks(grid.labels[1]) if grid.values.ndim > 1 and grid.axes[1] != "quantity" else ["value"]
+    panels = _ticks(grid.labels[2]) if y.shape[2] > 1 else [""]
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=panels if y.shape[2] > 1 else None)
+    for s, name in enumerate(series):
+        color = qualitative.Plotly[s % len(qualitative.Plotly)]
+        for p in range(len(panels)):
+            fig.add_trace(go.Scatter(x=x, y=y[:, s, p].tolist(), mode="lines+markers", name=name, legendgroup=name,
+                                     showlegend=p == 0, line=dict(color=color), error_y=_error_y(err, (slice(None), s, p))),
+                          row=1, col=p + 1)
+    fig.update_xaxes(title_text=grid.axes[0], type="log" if grid.meta.get("log_x") else None)
+    fig.update_yaxes(title_text=html.escape(str(grid.meta.get("metric", "value"))), col=1)
+    return fig
+
+
+def _bars(grid: Grid):
+    """(group, series[, quantity]): grouped bars; meta['chance'] draws a dashed line."""
+    import plotly.graph_objects as go
+
+    y, err = _errors(grid)
+    if y.ndim == 1:
+        y, err = y[:, None], None if err is None else {k: v[:, None] for k, v in err.items()}
+    if y.ndim != 2:
+        raise ValueError(f"a bars chart takes (group, series) axes, got {grid.axes}")
+    x = _ticks(grid.labels[0])
+    series = _ticks(grid.labels[1]) if grid.axes[1] != "quantity" else ["value"]
+    fig = go.Figure()
+    for s, name in enumerate(series):
+        fig.add_trace(go.Bar(x=x, y=y[:, s].tolist(), name=name, error_y=_error_y(err, (slice(None), s))))
+    if grid.meta.get("chance") is not None:
+        fig.add_hline(y=float(grid.meta["chance"]), line_dash="dash", annotation_text="chance")
+    fig.update_layout(barmode="group", yaxis_title=html.escape(str(grid.meta.get("metric", "value"))))
+    return fig
+
+
+def _scatter(grid: Grid):
+    """(points, coordinates): x, y and an optional colour per point; meta['highlight'] as stars."""
+    import plotly.graph_objects as go
+
+    if grid.values.ndim != 2 or grid.shape[1] not in (2, 3):
+        raise ValueError(f"a scatter chart takes (points, coordinates) with 2 or 3 coordinates, got {grid.axes} {grid.shape}")
+    v = grid.values.float()
+    names = _ticks(grid.labels[0])
+    coords = _ticks(grid.labels[1])
+    star = {str(h) for h in grid.meta.get("highlight", ())}
+    plain = [i for i, n in enumerate(grid.labels[0]) if str(n) not in star]
+    marker = dict(size=10)
+    if v.shape[1] == 3:
+        marker.update(color=v[plain, 2].tolist(), colorscale=_SEQUENTIAL, showscale=True, colorbar=dict(title=coords[2]))
+    fig = go.Figure(go.Scatter(x=v[plain, 0].tolist(), y=v[plain, 1].tolist(), mode="markers", text=[names[i] for i in plain],
+                               marker=marker, name=grid.axes[0]))
+    picked = [i for i in range(v.shape[0]) if i not in plain]
+    if picked:
+        fig.add_trace(go.Scatter(x=v[picked, 0].tolist(), y=v[picked, 1].tolist(), mode="markers", text=[names[i] for i in picked],
+                                 marker=dict(size=16, symbol="star", color="crimson"), name=", ".join(names[i] for i in picked)))
+    fig.update_layout(xaxis_title=coords[0], yaxis_title=coords[1])
+    return fig
+
+
+def _complex(grid: Grid):
+    """(points, coordinates=(real, imag)): eigenvalues in the complex plane with the unit circle."""
+    import math
+
+    import plotly.graph_objects as go
+
+    if grid.values.ndim != 2 or grid.shape[1] != 2:
+        raise ValueError(f"a complex chart takes (points, coordinates=(real, imag)), got {grid.axes} {grid.shape}")
+    t = [2 * math.pi * i / 200 for i in range(201)]
+    fig = go.Figure(go.Scatter(x=[math.cos(a) for a in t], y=[math.sin(a) for a in t], mode="lines",
+                               line=dict(color="lightgray", dash="dot"), name="unit circle", hoverinfo="skip"))
+    ref = grid.meta.get("reference")
+    if ref:
+        fig.add_trace(go.Scatter(x=[r[0] for r in ref], y=[r[1] for r in ref], mode="markers", name="reference",
+                                 marker=dict(size=14, symbol="circle-open", color="crimson", line=dict(width=2))))
+    v = grid.values.float()
+    fig.add_trace(go.Scatter(x=v[:, 0].tolist(), y=v[:, 1].tolist(), mode="markers", name=grid.axes[0],
+                             marker=dict(size=9, symbol="x", color="royalblue")))
+    fig.update_layout(xaxis_title="real", yaxis_title="imaginary", yaxis=dict(scaleanchor="x", scaleratio=1))
+    return fig
+
+
+def _by_axes(grid: Grid):
     import plotly.express as px
     import plotly.graph_objects as go
 
@@ -154,203 +304,3 @@ def attention(
         "maskUpperTri": causal,
     }
     return Widget("AttentionHeads", props)
-
-
-# --- attention simplifiers (interp.simplify) ---------------------------------------------------
-
-from interp.simplify import METRICS as _SIMPLIFY_METRICS  # noqa: E402
-from interp.simplify import QUANTITIES as _SIMPLIFY_QUANTITIES  # noqa: E402
-from interp.simplify import AttentionComparison, Sweep  # noqa: E402
-
-
-@render.register
-def _(sweep: Sweep):
-    """Faithfulness against rank (or k): one line per split, a panel per metric, 95 % CI bars."""
-    import plotly.graph_objects as go
-    from plotly.colors import qualitative
-    from plotly.subplots import make_subplots
-
-    grid = sweep.grid
-    panels = ("accuracy_simplified", "same_prediction", "js")
-    titles = ("accuracy (dashed: original)", "same prediction", "attention JS (bits)")
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=titles)
-    x = list(grid.labels[0])
-    q = {name: _SIMPLIFY_QUANTITIES.index(name) for name in ("value", "ci_low", "ci_high")}
-    for s, split in enumerate(grid.labels[1]):
-        color = qualitative.Plotly[s % len(qualitative.Plotly)]
-        for col, metric in enumerate(panels, start=1):
-            v = grid.values[:, s, _SIMPLIFY_METRICS.index(metric)].float()
-            y = v[:, q["value"]]
-            err = dict(type="data", symmetric=False, array=(v[:, q["ci_high"]] - y).tolist(), arrayminus=(y - v[:, q["ci_low"]]).tolist())
-            fig.add_trace(go.Scatter(x=x, y=y.tolist(), mode="lines+markers", name=html.escape(str(split)), legendgroup=str(split),
-                                     showlegend=col == 1, line=dict(color=color), error_y=err), row=1, col=col)
-            if metric == "accuracy_simplified":
-                orig = grid.values[:, s, _SIMPLIFY_METRICS.index("accuracy_original"), q["value"]].float()
-                fig.add_trace(go.Scatter(x=x, y=orig.tolist(), mode="lines", line=dict(color=color, dash="dash"),
-                                         legendgroup=str(split), showlegend=False, hoverinfo="skip"), row=1, col=col)
-    for col in range(1, len(panels) + 1):
-        fig.update_xaxes(title_text=grid.axes[0], type="log" if grid.axes[0] in ("rank", "k") else None, row=1, col=col)
-    heads = grid.meta.get("heads", "")
-    fig.update_layout(title=html.escape(f"{grid.meta.get('method', 'simplifier')} on heads {heads}: faithfulness per split"), template="plotly_white")
-    return fig
-
-
-@render.register
-def _(comparison: AttentionComparison):
-    """Original and simplified attention of one head side by side (use `attention` for circuitsvis)."""
-    import plotly.express as px
-
-    ticks = _ticks(comparison.tokens)
-    fig = px.imshow(comparison.patterns.float().numpy(), facet_col=0, x=ticks, y=ticks, zmin=0, zmax=1,
-                    labels=dict(x="src", y="dest", color="attention"), color_continuous_scale=_SEQUENTIAL)
-    names = _ticks(comparison.names)
-    fig.for_each_annotation(lambda a: a.update(text=names[int(a.text.split("=")[-1])]))
-    fig.update_layout(title=html.escape(f"attention of head {comparison.meta.get('head', '')}"), template="plotly_white")
-    return fig
-
-
-# --- interp.masking results (HeadMask -> heatmap, Study -> ID vs OOD scatter, EffectiveSize -> curve)
-from interp.masking import EffectiveSize, HeadMask, Study  # noqa: E402  (masking imports no plotting)
-
-
-@render.register
-def _(mask: HeadMask):
-    fig = render(mask.to_grid())
-    fig.update_layout(coloraxis_showscale=False)
-    return fig
-
-
-@render.register
-def _(result: Study):
-    import plotly.graph_objects as go
-
-    x, y = result.accuracy(result.id_split), result.accuracy(result.ood_split)
-    sparsity = [m.meta.get("sparsity", float("nan")) for m in result.masks]
-    names = _ticks(result.evaluation.labels[0])
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(
-        x=x[1:], y=y[1:], mode="markers", name="subnetworks", text=names[1:],
-        marker=dict(size=10, color=sparsity, colorscale=_SEQUENTIAL, showscale=True, colorbar=dict(title="sparsity")),
-    ))
-    fig.add_trace(go.Scatter(x=x[:1], y=y[:1], mode="markers", name="full model", text=names[:1],
-                             marker=dict(size=16, symbol="star", color="crimson")))
-    fig.update_layout(
-        title="subnetworks: in- vs out-of-distribution accuracy", template="plotly_white",
-        xaxis_title=f"accuracy on {html.escape(result.id_split)}", yaxis_title=f"accuracy on {html.escape(result.ood_split)}",
-    )
-    return fig
-
-
-@render.register
-def _(result: EffectiveSize):
-    import plotly.graph_objects as go
-
-    curve = result.curve
-    fig = go.Figure()
-    for j, split in enumerate(_ticks(curve.labels[1])):
-        fig.add_trace(go.Scatter(x=list(curve.labels[0]), y=curve.values[:, j].tolist(), mode="lines+markers", name=split))
-    fig.add_vline(x=result.fraction * curve.meta.get("n_units", 1), line_dash="dash", annotation_text=f"effective size {result.fraction:.2f}")
-    fig.update_layout(title="accuracy vs units kept", xaxis_title="units kept (k)", yaxis_title="accuracy", template="plotly_white")
-    return fig
-
-
-# --- interp.cores results (Operator -> eigenvalues in the complex plane, ValidationBars -> bars)
-from interp.cores import Operator, ValidationBars  # noqa: E402  (cores imports no plotting)
-
-
-@render.register
-def _(op: Operator):
-    """Eigenvalues of a square operator in the complex plane with the unit circle; the reference
-    eigenvalues in `op.meta["reference"]` ([[re, im], ...]), if any, beside them."""
-    import math
-
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    t = [2 * math.pi * i / 200 for i in range(201)]
-    fig.add_trace(go.Scatter(x=[math.cos(a) for a in t], y=[math.sin(a) for a in t], mode="lines",
-                             line=dict(color="lightgray", dash="dot"), name="unit circle", hoverinfo="skip"))
-    ref = op.meta.get("reference")
-    if ref:
-        fig.add_trace(go.Scatter(x=[r[0] for r in ref], y=[r[1] for r in ref], mode="markers", name="reference",
-                                 marker=dict(size=14, symbol="circle-open", color="crimson", line=dict(width=2))))
-    fig.add_trace(go.Scatter(x=op.eig_real.tolist(), y=op.eig_imag.tolist(), mode="markers", name="operator",
-                             marker=dict(size=9, symbol="x", color="royalblue")))
-    title = op.meta.get("title") or f"operator {op.source} -> {op.target}: eigenvalues (R² {op.r2:.3f})"
-    fig.update_layout(title=html.escape(title), xaxis_title="real", yaxis_title="imaginary", template="plotly_white",
-                      yaxis=dict(scaleanchor="x", scaleratio=1))
-    return fig
-
-
-@render.register
-def _(bars: ValidationBars):
-    """One group per intervention: the core beside the random-subspace control (± std)."""
-    import plotly.graph_objects as go
-
-    grid = bars.grid
-    m = grid.labels[2].index(bars.metric)
-    q = {name: grid.labels[1].index(name) for name in ("core", "random_mean", "random_std")}
-    x = _ticks(grid.labels[0])
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=x, y=grid.values[:, q["core"], m].tolist(), name=f"core (k={grid.meta.get('k', '?')})"))
-    fig.add_trace(go.Bar(x=x, y=grid.values[:, q["random_mean"], m].tolist(), name="random subspace, same k",
-                         error_y=dict(type="data", array=grid.values[:, q["random_std"], m].tolist())))
-    chance = grid.meta.get("chance", {}).get(bars.metric)
-    if chance is not None:
-        fig.add_hline(y=chance, line_dash="dash", annotation_text="chance")
-    title = grid.meta.get("title") or f"core validation at {grid.meta.get('site', '')}"
-    fig.update_layout(barmode="group", title=html.escape(title), yaxis_title=html.escape(bars.metric), template="plotly_white")
-    return fig
-
-
-# --- interp.steering results (Comparison -> side-by-side table, Generation -> projection over steps)
-from interp.steering import Comparison, Generation  # noqa: E402  (steering imports no plotting)
-
-_STEER_COLORS = {"agree": "#1a7f37", "flip": "#c2410c"}
-
-
-def _tagged(text: str, tags: Sequence[str]) -> str:
-    words = text.split()
-    return " ".join(
-        f"<b><span style='color:{_STEER_COLORS[t]}'>{html.escape(w)}</span></b>" if t in _STEER_COLORS else html.escape(w)
-        for w, t in zip(words, list(tags) + [""] * (len(words) - len(tags)))
-    )
-
-
-@render.register
-def _(result: Comparison):
-    """Prompts with unsteered and steered continuations; main verbs green (agree) or orange (flipped)."""
-    import plotly.graph_objects as go
-
-    cells = [
-        [html.escape(p) for p in result.prompts],
-        [_tagged(t, g) for t, g in zip(result.unsteered, result.unsteered_tags)],
-        [_tagged(t, g) for t, g in zip(result.steered, result.steered_tags)],
-    ]
-    fig = go.Figure(go.Table(
-        header=dict(values=["prompt", "unsteered", "steered"], align="left", font=dict(size=13)),
-        cells=dict(values=cells, align="left", height=26),
-        columnwidth=[3, 3, 3],
-    ))
-    what = "; ".join(result.meta.get("interventions", []))
-    fig.update_layout(title=html.escape(f"steered vs unsteered ({what}); verbs: green agree, orange flipped"),
-                      template="plotly_white", height=120 + 30 * len(result.prompts))
-    return fig
-
-
-@render.register
-def _(result: Generation):
-    """The projection on each intervention's axis at every step, one line per prompt."""
-    import plotly.graph_objects as go
-
-    if result.projections is None:
-        raise ValueError("this Generation has no recorded projections; generate(..., record=True) records them")
-    fig = go.Figure()
-    units = result.meta.get("interventions", [])
-    for i in range(result.projections.shape[0]):
-        for b in range(result.projections.shape[1]):
-            name = html.escape(f"{units[i] if i < len(units) else i}: {result.prompts[b]}")
-            fig.add_trace(go.Scatter(y=result.projections[i, b].tolist(), mode="lines+markers", name=name))
-    fig.update_layout(title="projection (h - mean) . u before the intervention, per generation step",
-                      xaxis_title="step", yaxis_title="projection", template="plotly_white")
-    return fig

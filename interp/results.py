@@ -1,28 +1,147 @@
-"""Result types: frozen dataclasses that are data only, saved as safetensors with JSON metadata."""
+"""Result types as data, and the one save/load for every result type.
+
+Every result is a frozen dataclass registered with `@result`; `save(obj, path)` writes its tensors
+to safetensors and everything else as JSON in the safetensors header, under one format tag
+("interp/1") with the type's name; `load(path)` gives the object back (`__post_init__` checks it
+again). Provenance lives in one field, `meta`, on every type. Every result is a `Grid` or converts
+to one (`to_grid()`), so `interp.plot` draws any of them from the Grid alone: `Grid.meta["chart"]`
+picks the chart (see `CHARTS`), axis names and tick labels title it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
+import math
 import os
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Sequence, TypeVar
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from interp.errors import InterpError
 from interp.tensors import AXES
 
-_FORMAT = "interp.Grid/1"
+__all__ = [
+    "CHARTS", "Grid", "Heading", "atomic_path", "load", "result", "save", "stack", "write_tensors_atomic",
+    "write_text_atomic",
+]
+
+FORMAT = "interp/1"
+# How plot.render draws a Grid (meta["chart"]; by number of axes when absent):
+#   heatmap  2 axes (3: one panel per entry of the first)       bar      1 axis
+#   lines    (x, series[, panel]); a last axis "quantity" with labels value / ci_low / ci_high or
+#            value / std draws error bars
+#   bars     (group, series) grouped bars, same optional "quantity" axis
+#   scatter  (points, coordinates): the coordinates' 1st entry is x, the 2nd y, a 3rd the colour
+#            (their labels title the axes); meta["highlight"] lists point labels drawn as stars
+#   complex  (points, coordinates) with coordinates real, imag: the complex plane with the unit
+#            circle; meta["reference"] [[re, im], ...] drawn beside them
+CHARTS = ("heatmap", "bar", "lines", "bars", "scatter", "complex")
+_REGISTRY: dict[str, type] = {}
+T = TypeVar("T")
 
 
 def _tick(x: Any) -> str | int | float:
     return x if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
+def result(cls: T) -> T:
+    """Register a frozen dataclass as a result type that `save` and `load` know."""
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls.__name__} must be a dataclass to be a result type")
+    _REGISTRY[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return cls
+
+
+def _type_name(obj: Any) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _encode(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        tensors[key] = value.detach().cpu().contiguous()
+        return {"$tensor": key}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if _type_name(value) not in _REGISTRY:
+            raise InterpError(f"{type(value).__name__} is not a registered result type (decorate it with interp.results.result)")
+        fields = {f.name: _encode(getattr(value, f.name), f"{key}.{f.name}", tensors) for f in dataclasses.fields(value)}
+        return {"$result": _type_name(value), "fields": fields}
+    if isinstance(value, tuple):
+        return {"$tuple": [_encode(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_encode(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str):
+                raise InterpError(f"{key} has a non-string key {k!r}; result dicts need string keys to be saved")
+        return {"$dict": {k: _encode(v, f"{key}.{k}", tensors) for k, v in value.items()}}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"$float": repr(value)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise InterpError(f"{key} holds a {type(value).__name__}, which a result cannot save; use tensors, numbers, strings, lists, tuples and dicts")
+
+
+def _lookup(name: str) -> type:
+    if name not in _REGISTRY and name.startswith("interp."):
+        importlib.import_module(name.rpartition(".")[0])  # registers the type; only interp's own modules
+    if name not in _REGISTRY:
+        raise InterpError(f"unknown result type {name!r} in the file header")
+    return _REGISTRY[name]
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$tensor" in value:
+        return tensors[value["$tensor"]]
+    if "$tuple" in value:
+        return tuple(_decode(v, tensors) for v in value["$tuple"])
+    if "$dict" in value:
+        return {k: _decode(v, tensors) for k, v in value["$dict"].items()}
+    if "$float" in value:
+        return float(value["$float"])
+    if "$result" in value:
+        cls = _lookup(value["$result"])
+        return cls(**{k: _decode(v, tensors) for k, v in value["fields"].items()})
+    raise InterpError(f"unreadable value in the file header: {sorted(value)}")
+
+
+def save(obj: Any, path: str | Path) -> Path:
+    """Write any registered result to `path` (safetensors + JSON header), atomically."""
+    tensors: dict[str, torch.Tensor] = {}
+    header = _encode(obj, "root", tensors)
+    if not isinstance(header, dict) or "$result" not in header:
+        raise InterpError(f"save() takes a result object, got {type(obj).__name__}")
+    if not tensors:  # safetensors needs at least one tensor to carry the header
+        tensors["root.$empty"] = torch.zeros(0)
+    write_tensors_atomic(path, tensors, {"format": FORMAT, "type": header["$result"], "result": json.dumps(header)})
+    return Path(path)
+
+
+def load(path: str | Path) -> Any:
+    """The result saved at `path`, of whatever registered type it was."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != FORMAT:
+                raise InterpError(f"{path} is not an interp result file (format {meta.get('format')!r}, want {FORMAT!r})")
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except (OSError, RuntimeError) as err:  # missing file, or not safetensors at all
+        raise InterpError(f"cannot read {path} as an interp result file: {err}") from None
+    return _decode(json.loads(meta["result"]), tensors)
+
+
+@result
 @dataclass(frozen=True)
 class Heading:
     """A section title in a report (a result-free item, so analyses can return it)."""
@@ -31,6 +150,7 @@ class Heading:
     level: int = 2
 
 
+@result
 @dataclass(frozen=True)
 class Grid:
     """A tensor with one name per axis, tick labels per axis, and metadata.
@@ -50,19 +170,25 @@ class Grid:
         axes = tuple(self.axes)
         object.__setattr__(self, "axes", axes)
         if len(axes) != self.values.ndim:
-            raise ValueError(f"Grid has {self.values.ndim}-D values {tuple(self.values.shape)} but {len(axes)} axis names {axes}")
+            raise InterpError(f"Grid has {self.values.ndim}-D values {tuple(self.values.shape)} but {len(axes)} axis names {axes}")
         for a in axes:
             if a not in AXES:
-                raise ValueError(f"axis name {a!r} is not in the vocabulary {AXES}")
+                raise InterpError(f"axis name {a!r} is not in the vocabulary {AXES}")
         if len(set(axes)) != len(axes):
-            raise ValueError(f"axis names repeat: {axes}")
-        labels = tuple(self.labels) or tuple(tuple(range(n)) for n in self.values.shape)
+            raise InterpError(f"axis names repeat: {axes}")
+        labels = self.labels
+        if isinstance(labels, dict):  # {axis: ticks}; axes not named keep 0..n-1
+            unknown = set(labels) - set(axes)
+            if unknown:
+                raise InterpError(f"labels name axes {sorted(unknown)} that the Grid does not have {axes}")
+            labels = tuple(labels.get(a, range(n)) for a, n in zip(axes, self.values.shape))
+        labels = tuple(labels) or tuple(tuple(range(n)) for n in self.values.shape)
         if len(labels) != len(axes):
-            raise ValueError(f"{len(labels)} label lists for {len(axes)} axes {axes}")
+            raise InterpError(f"{len(labels)} label lists for {len(axes)} axes {axes}")
         labels = tuple(tuple(_tick(x) for x in ticks) for ticks in labels)
         for a, ticks, n in zip(axes, labels, self.values.shape):
             if len(ticks) != n:
-                raise ValueError(f"axis {a!r} has {n} entries but {len(ticks)} labels")
+                raise InterpError(f"axis {a!r} has {n} entries but {len(ticks)} labels")
         object.__setattr__(self, "labels", labels)
         object.__setattr__(self, "values", self.values.detach().cpu())
 
@@ -98,22 +224,20 @@ class Grid:
         ]
         return pd.DataFrame(rows, columns=[*self.axes, "value"])
 
+    def to_grid(self) -> Grid:
+        return self
+
     def save(self, path: str | Path) -> Path:
-        """Write values to safetensors and axes/labels/meta as JSON in its header, atomically."""
-        path = Path(path)
-        header = json.dumps({"axes": self.axes, "labels": self.labels, "meta": self.meta})
-        write_tensors_atomic(path, {"values": self.values.contiguous()}, {"format": _FORMAT, "grid": header})
-        return path
+        """`interp.results.save(self, path)`."""
+        return save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Grid:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{path} is not an interp Grid file (format {meta.get('format')!r})")
-            values = f.get_tensor("values")
-        header = json.loads(meta["grid"])
-        return cls(values, tuple(header["axes"]), tuple(tuple(t) for t in header["labels"]), header["meta"])
+        """`interp.results.load(path)`, checked to be a Grid."""
+        obj = load(path)
+        if not isinstance(obj, cls):
+            raise InterpError(f"{path} holds a {type(obj).__name__}, not a Grid")
+        return obj
 
 
 @contextmanager
@@ -151,11 +275,11 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def stack(grids: Sequence[Grid], axis: str, labels: Sequence[Any]) -> Grid:
     """Stack same-shaped Grids along a new leading axis."""
     if len(grids) != len(labels):
-        raise ValueError(f"{len(grids)} grids but {len(labels)} labels")
+        raise InterpError(f"{len(grids)} grids but {len(labels)} labels")
     first = grids[0]
     for g in grids[1:]:
         if g.axes != first.axes or g.shape != first.shape:
-            raise ValueError(f"cannot stack grids {first.axes}{first.shape} and {g.axes}{g.shape}")
+            raise InterpError(f"cannot stack grids {first.axes}{first.shape} and {g.axes}{g.shape}")
     return Grid(
         torch.stack([g.values for g in grids]),
         (axis, *first.axes),

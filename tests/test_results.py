@@ -45,7 +45,7 @@ def test_load_rejects_other_files(tmp_path):
     from safetensors.torch import save_file
 
     save_file({"values": torch.zeros(2)}, tmp_path / "x.safetensors")
-    with pytest.raises(ValueError, match="not an interp Grid"):
+    with pytest.raises(ValueError, match="not an interp result file"):
         Grid.load(tmp_path / "x.safetensors")
 
 
