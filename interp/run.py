@@ -105,12 +105,17 @@ def _edited(model, edits: Sequence[WeightEdit]) -> Iterator[None]:
                 raise InterpError(f"unknown parameter {name!r}; nearest: {near or 'none'} (see model.named_parameters())")
             current = new.get(name, model.get_parameter(name))
             new[name] = edit.weight(name, current)
-    swaps = [(alias, value) for name, value in new.items() for alias in aliases[name]]
-    done: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
-    try:
-        for alias, value in swaps:
+    # one swap per (module, attribute) that holds the parameter: a module can be reached by
+    # several paths, and a tied parameter sits in several modules
+    swaps: dict[tuple[int, str], tuple[torch.nn.Module, str, Tensor]] = {}
+    for name, value in new.items():
+        for alias in aliases[name]:
             path, _, attr = alias.rpartition(".")
             module = model.get_submodule(path)
+            swaps[(id(module), attr)] = (module, attr, value)
+    done: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
+    try:
+        for module, attr, value in swaps.values():
             done.append((module, attr, module._parameters.pop(attr)))
             setattr(module, attr, value)
         yield

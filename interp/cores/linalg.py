@@ -1,5 +1,7 @@
 """Pure tensor functions behind algorithmic cores: no model, no hooks.
 
+The projection interventions themselves (`project`, `Project`) live in `interp.interventions`.
+
 Shapes: activations X [n, d] (one row per example), output gradients G [m, d] (one row per
 example and output), core coordinates Z [n, k]. Everything is computed in float64 and returned
 as float32 unless stated.
@@ -12,6 +14,13 @@ import math
 import torch
 from jaxtyping import Float
 from torch import Tensor
+
+from interp.errors import InterpError
+
+__all__ = [
+    "balanced_truncation", "cca", "cca_map", "choose_k", "lstsq_map", "pca", "principal_angles", "procrustes_map",
+    "r2_score", "random_basis", "sqrt_factor",
+]
 
 _RTOL = 1e-6  # singular values below rtol * largest count as zero when choosing k
 
@@ -50,7 +59,7 @@ def balanced_truncation(
     """
     x, g = _f64(activations), _f64(gradients)
     if x.ndim != 2 or g.ndim != 2 or x.shape[1] != g.shape[1]:
-        raise ValueError(f"activations {tuple(x.shape)} and gradients {tuple(g.shape)} must be [n, d] and [m, d] with the same d")
+        raise InterpError(f"activations {tuple(x.shape)} and gradients {tuple(g.shape)} must be [n, d] and [m, d] with the same d")
     xc = x - x.mean(0)
     l_x = sqrt_factor(xc.T @ xc / max(1, x.shape[0] - 1))
     l_g = sqrt_factor(g.T @ g / max(1, g.shape[0]))
@@ -83,7 +92,7 @@ def choose_k(spectrum: Float[Tensor, " r"], *, max_k: int | None = None, rtol: f
     floored there, so numerical zeros make no gap of their own). At least 1, at most max_k."""
     s = _f64(spectrum).flatten()
     if s.numel() == 0 or float(s[0]) <= 0:
-        raise ValueError("the spectrum is empty or all zero: the task output does not depend on this site")
+        raise InterpError("the spectrum is empty or all zero: the task output does not depend on this site")
     floor = float(s[0]) * rtol
     s = s.clamp(min=floor)
     limit = s.numel() - 1 if max_k is None else min(max_k, s.numel() - 1)
@@ -99,26 +108,10 @@ def principal_angles(a: Float[Tensor, "d ka"], b: Float[Tensor, "d kb"]) -> Floa
     from transformer_lens.tools.analysis.projection_kernel import orthonormal_subspace, projection_kernel
 
     if a.shape[0] != b.shape[0]:
-        raise ValueError(f"principal angles need the same ambient width: got bases {tuple(a.shape)} and {tuple(b.shape)}")
+        raise InterpError(f"principal angles need the same ambient width: got bases {tuple(a.shape)} and {tuple(b.shape)}")
     sa = orthonormal_subspace(_f64(a), rank=a.shape[1])
     sb = orthonormal_subspace(_f64(b), rank=b.shape[1])
     return projection_kernel(sa, sb).angles.float()
-
-
-def project(
-    h: Float[Tensor, "*batch d"], basis: Float[Tensor, "d k"], mean: Float[Tensor, " d"], mode: str
-) -> Float[Tensor, "*batch d"]:
-    """The validation interventions with projector P = B B.T and mean mu:
-    "core_only" mu + P(h - mu); "core_removed" h - P(h - mu); "core_flipped" h - 2 P(h - mu)."""
-    b, mu = basis.to(h), mean.to(h)
-    inside = ((h - mu) @ b) @ b.T
-    if mode == "core_only":
-        return mu + inside
-    if mode == "core_removed":
-        return h - inside
-    if mode == "core_flipped":
-        return h - 2 * inside
-    raise ValueError(f"mode={mode!r} is not one of 'core_only', 'core_removed', 'core_flipped'")
 
 
 def random_basis(d: int, k: int, seed: int) -> Float[Tensor, "d k"]:

@@ -12,10 +12,12 @@ Vocabulary (fixed once here):
              positions), or the activation of a resampled input (same shape as the input)
     sparsity the fraction of units whose mask is 0
 
-Three layers, as everywhere in interp: `mask_activation` (pure tensor function), `mask_hook`
-(a TransformerLens hook factory), and analyses that run the model: `apply`, `ablation_scan`,
-`learn_mask`, `subnetworks`, `evaluate`, `study`, `effective_size`. `heuristic_core` and
-`overlap` work on masks alone.
+Masks are data (`HeadMask`); `interventions(mask, refs)` turns one into `interp.interventions.Mask`
+interventions (one per masked hook_z / hook_mlp_out), with references from `interp.run.reference`,
+and everything runs through `interp.run`: `apply` (a context), `ablation_scan` (every single-unit
+ablation one variant of `run.evaluate`), `learn_mask`, `subnetworks`, `evaluate` (masks x splits),
+`study`, `effective_size`. `heuristic_core` and `overlap` work on masks alone. The paper-scale
+reproduction lives in `interp.studies.heuristic_core`.
 
 `learn_mask` follows Bhaskar et al. (2024, "The Heuristic Core") and CoFiPruning: one hard-concrete
 gate per unit (log_alpha initialised near 10, stretch l=-0.1, r=1.1, temperature 2/3), frozen
@@ -26,21 +28,13 @@ once towards sparsity (a head and an MLP alike).
 """
 
 
-from interp.masking.learn import (
-    deterministic_gates, hard_concrete_sample, learn_mask, prob_nonzero, subnetworks,
-)
-from interp.masking.mask import (
-    ABLATIONS, Ablation, HeadMask, Reference, ablation_scan, apply, head_site, mask_activation, mask_hook,
-    mask_hooks, mlp_site, references, threads,
-)
+from interp.masking.learn import learn_mask, subnetworks
+from interp.masking.mask import HeadMask, ablation_scan, apply, interventions, sites
 from interp.masking.subnets import (
-    EffectiveSize, Study, demo_section, effective_size, evaluate, heuristic_core, jaccard, overlap, repro,
-    smallest_within, study,
+    EffectiveSize, Study, effective_size, evaluate, heuristic_core, overlap, smallest_within, study,
 )
 
 __all__ = [
-    "ABLATIONS", "Ablation", "EffectiveSize", "HeadMask", "Reference", "Study", "ablation_scan", "apply",
-    "demo_section", "deterministic_gates", "effective_size", "evaluate", "hard_concrete_sample", "head_site",
-    "heuristic_core", "jaccard", "learn_mask", "mask_activation", "mask_hook", "mask_hooks", "mlp_site",
-    "overlap", "prob_nonzero", "references", "repro", "smallest_within", "study", "subnetworks", "threads",
+    "EffectiveSize", "HeadMask", "Study", "ablation_scan", "apply", "effective_size", "evaluate", "heuristic_core",
+    "interventions", "learn_mask", "overlap", "sites", "smallest_within", "study", "subnetworks",
 ]

@@ -11,12 +11,18 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp.hooks import check_head, check_layer, hooks
-from interp.masking.mask import (
-    BETA, EPS, INIT_LOG_ALPHA, LIMIT_L, LIMIT_R, Ablation, HeadMask, _check_task, _default_reference, _logits,
-    _sites, mask_hooks, references,
-)
+from interp import run
+from interp.errors import InterpError
+from interp.hooks import check_head, check_layer
+from interp.interventions import Ablation
+from interp.masking.mask import HeadMask, check_task, default_reference, interventions, sites
 from interp.tasks.base import Task
+
+__all__ = ["deterministic_gates", "hard_concrete_sample", "learn_mask", "prob_nonzero", "subnetworks"]
+
+# hard-concrete constants (Louizos et al. 2018, as in CoFiPruning)
+LIMIT_L, LIMIT_R, BETA, EPS = -0.1, 1.1, 2.0 / 3.0, 1e-6
+INIT_LOG_ALPHA = 10.0
 
 # -- hard-concrete gates (pure functions of log_alpha)
 
@@ -52,7 +58,7 @@ def _unit_index(model, units: Sequence[tuple[int, int | str]], include_mlps: boo
         if head == "mlp":
             check_layer(model, layer)
             if not include_mlps:
-                raise ValueError(f"{what} names MLP {layer} but include_mlps=False")
+                raise InterpError(f"{what} names MLP {layer} but include_mlps=False")
             out.append(model.cfg.n_layers * H + layer)
         else:
             check_head(model, layer, head)
@@ -75,7 +81,7 @@ def learn_mask(
     lr: float = 0.2,
     reg_lr: float = 0.5,
     warmup: float = 0.6,
-    progress: bool = False,
+    progress: bool = True,
 ) -> HeadMask:
     """Learn a binary mask at `sparsity` (fraction of units off) keeping the model's behaviour on
     `task`, with hard-concrete (L0) gates as in CoFiPruning / Bhaskar et al. 2024.
@@ -84,17 +90,17 @@ def learn_mask(
     holds. `force_on` / `force_off` pin units: (layer, head), or (layer, "mlp"). Masked units are
     replaced by `ablation` references from the task's rows (clean for mean, corrupt for resample).
     """
-    _check_task(task)
-    if not isinstance(sparsity, (int, float)) or not 0.0 <= sparsity < 1.0:
-        raise ValueError(f"sparsity={sparsity!r} must lie in [0, 1): the fraction of units to switch off")
+    check_task(task)
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0.0 <= sparsity < 1.0:
+        raise InterpError(f"sparsity={sparsity!r} must lie in [0, 1): the fraction of units to switch off")
     if steps < 1 or batch_size < 1:
-        raise ValueError(f"steps={steps} and batch_size={batch_size} must be >= 1")
+        raise InterpError(f"steps={steps} and batch_size={batch_size} must be >= 1")
     L, H = model.cfg.n_layers, model.cfg.n_heads
     n_units = L * H + (L if include_mlps else 0)
     on = _unit_index(model, force_on, include_mlps, "force_on")
     off = _unit_index(model, force_off, include_mlps, "force_off")
     if set(on) & set(off):
-        raise ValueError(f"units {sorted(set(on) & set(off))} are both forced on and forced off")
+        raise InterpError(f"units {sorted(set(on) & set(off))} are both forced on and forced off")
     forced_on = torch.zeros(n_units, dtype=torch.bool)
     forced_off = torch.zeros(n_units, dtype=torch.bool)
     forced_on[on], forced_off[off] = True, True
@@ -110,8 +116,9 @@ def learn_mask(
     opt_l2 = torch.optim.Adam([lambda2], lr=reg_lr, maximize=True)
 
     template = HeadMask.full(model, mlps=include_mlps)
-    refs = references(model, _sites(template), ablation, _default_reference(task, ablation, None))
-    full_logp = _logits(model, task.clean)[torch.arange(len(task)), task.answer_pos].log_softmax(-1)  # [batch, d_vocab]
+    refs = run.reference(model, sites(template), ablation, default_reference(task, ablation, None))
+    full = torch.cat([run.logits(model, task.clean[i : i + 256]) for i in range(0, len(task), 256)], 0)
+    full_logp = full[torch.arange(len(task)), task.answer_pos].log_softmax(-1)  # [batch, d_vocab]
 
     def expected_sparsity(la: Tensor) -> Tensor:
         keep = torch.where(forced_on, 1.0, torch.where(forced_off, 0.0, prob_nonzero(la)))
@@ -130,7 +137,7 @@ def learn_mask(
             z = torch.where(forced_on, 1.0, torch.where(forced_off, 0.0, z))
             heads, mlps = z[: L * H].view(L, H), (z[L * H :] if include_mlps else None)
             batch_refs = {k: r.rows(idx) for k, r in refs.items()}
-            with hooks(model, mask_hooks((heads, mlps), batch_refs)):
+            with run.intervened(model, interventions((heads, mlps), batch_refs)):
                 logits = model(task.clean[idx])
             logq = logits[torch.arange(len(idx)), task.answer_pos[idx]].float().log_softmax(-1)
             kl = F.kl_div(logq, full_logp[idx], log_target=True, reduction="batchmean")
@@ -163,7 +170,7 @@ def learn_mask(
     return HeadMask(gates[: L * H].view(L, H), gates[L * H :] if include_mlps else None, meta)
 
 
-def subnetworks(model, task: Task, *, sparsity: float, seeds: Sequence[int], progress: bool = False, **kwargs: Any) -> list[HeadMask]:
+def subnetworks(model, task: Task, *, sparsity: float, seeds: Sequence[int], progress: bool = True, **kwargs: Any) -> list[HeadMask]:
     """One learned mask per seed at `sparsity` (kwargs go to `learn_mask`)."""
     return [
         learn_mask(model, task, sparsity=sparsity, seed=s, progress=False, **kwargs)

@@ -1,45 +1,48 @@
-"""Masks as data, references, hooks, `apply` and single-unit ablation scans (see interp.masking)."""
+"""Masks as data, their interventions, `apply` and single-unit ablation scans (see interp.masking)."""
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Literal, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from jaxtyping import Float
-from safetensors import safe_open
 from torch import Tensor
 
-from interp.hooks import check_head, check_layer, hooks
+from interp import results, run
+from interp.errors import InterpError
+from interp.hooks import check_head, check_layer
+from interp.interventions import Ablation, Mask, Reference
 from interp.metrics import for_task
-from interp.results import Grid, write_tensors_atomic
+from interp.results import Grid, result
+from interp.sites import hook_name
 from interp.tasks.base import Task
 
+__all__ = [
+    "HeadMask", "ablation_scan", "apply", "check_mask", "check_task", "default_reference", "head_site",
+    "interventions", "mlp_site", "sites",
+]
 
-Ablation = Literal["mean", "zero", "resample"]
-ABLATIONS = ("mean", "zero", "resample")
-_FORMAT = "interp.HeadMask/1"
-_METRICS = ("logit_diff", "prob", "accuracy", "binary_accuracy")
-# hard-concrete constants (Louizos et al. 2018, as in CoFiPruning)
-LIMIT_L, LIMIT_R, BETA, EPS = -0.1, 1.1, 2.0 / 3.0, 1e-6
-INIT_LOG_ALPHA = 10.0
+METRICS = ("logit_diff", "prob", "accuracy", "binary_accuracy")
 
 
 def head_site(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_z"
+    """The hook a head mask acts at: `blocks.{layer}.attn.hook_z`."""
+    return hook_name("z", layer)
 
 
 def mlp_site(layer: int) -> str:
-    return f"blocks.{layer}.hook_mlp_out"
+    """The hook an MLP mask acts at: `blocks.{layer}.hook_mlp_out`."""
+    return hook_name("mlp_out", layer)
 
 
 # ---------------------------------------------------------------------------------------------
 # the mask: data only
 
 
+@result
 @dataclass(frozen=True)
 class HeadMask:
     """A mask over attention heads [layer, head] in [0, 1], optionally over MLPs [layer].
@@ -54,13 +57,13 @@ class HeadMask:
     def __post_init__(self) -> None:
         heads = self.heads.detach().float().cpu()
         if heads.ndim != 2:
-            raise ValueError(f"heads must be [layer, head], got shape {tuple(heads.shape)}")
+            raise InterpError(f"heads must be [layer, head], got shape {tuple(heads.shape)}")
         mlps = None if self.mlps is None else self.mlps.detach().float().cpu()
         if mlps is not None and mlps.shape != (heads.shape[0],):
-            raise ValueError(f"mlps has shape {tuple(mlps.shape)} but heads {tuple(heads.shape)} need ({heads.shape[0]},)")
+            raise InterpError(f"mlps has shape {tuple(mlps.shape)} but heads {tuple(heads.shape)} need ({heads.shape[0]},)")
         for name, t in (("heads", heads), ("mlps", mlps)):
             if t is not None and t.numel() and not (float(t.min()) >= 0.0 and float(t.max()) <= 1.0):
-                raise ValueError(f"{name} mask values must lie in [0, 1]; got range [{float(t.min())}, {float(t.max())}]")
+                raise InterpError(f"{name} mask values must lie in [0, 1]; got range [{float(t.min())}, {float(t.max())}]")
         object.__setattr__(self, "heads", heads)
         object.__setattr__(self, "mlps", mlps)
 
@@ -123,240 +126,131 @@ class HeadMask:
         return [] if self.mlps is None else [int(i) for i in (self.mlps > 0.5).nonzero().flatten().tolist()]
 
     def to_grid(self) -> Grid:
-        """[layer, unit] Grid: units h0..h{H-1}, plus 'mlp' when MLPs are masked."""
+        """[layer, unit] heatmap: units h0..h{H-1}, plus 'mlp' when MLPs are masked."""
         values = self.heads if self.mlps is None else torch.cat([self.heads, self.mlps[:, None]], 1)
         units = tuple(f"h{h}" for h in range(self.heads.shape[1])) + (("mlp",) if self.mlps is not None else ())
-        meta = {**self.meta, "title": f"mask {self.name} (sparsity {self.sparsity:.2f})", "metric": "mask"}
+        meta = {**self.meta, "title": f"mask {self.name} (sparsity {self.sparsity:.2f})", "metric": "mask", "chart": "heatmap"}
         return Grid(values, ("layer", "unit"), (tuple(range(self.n_layers)), units), meta)
 
-    # -- storage
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        tensors = {"heads": self.heads.contiguous()}
-        if self.mlps is not None:
-            tensors["mlps"] = self.mlps.contiguous()
-        write_tensors_atomic(path, tensors, {"format": _FORMAT, "meta": json.dumps(self.meta)})
-        return path
+        """`interp.results.save(self, path)`."""
+        return results.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> HeadMask:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != _FORMAT:
-                raise ValueError(f"{path} is not an interp HeadMask file (format {meta.get('format')!r})")
-            keys = set(f.keys())
-            heads = f.get_tensor("heads")
-            mlps = f.get_tensor("mlps") if "mlps" in keys else None
-        return cls(heads, mlps, json.loads(meta["meta"]))
+        """`interp.results.load(path)`, checked to be a HeadMask."""
+        obj = results.load(path)
+        if not isinstance(obj, cls):
+            raise InterpError(f"{path} holds a {type(obj).__name__}, not a HeadMask")
+        return obj
 
 
 # ---------------------------------------------------------------------------------------------
-# layer 1: pure tensor function
+# masks -> interventions
 
 
-def mask_activation(act: Tensor, mask: Tensor, ref: Tensor) -> Tensor:
-    """act * m + ref * (1 - m), with `mask` over the head axis of a [batch, pos, head, d_head]
-    activation ([head]) or a scalar for a [batch, pos, d_model] one. `ref` broadcasts to `act`.
-    Exact at m = 1 (act) and m = 0 (ref)."""
-    if act.ndim == 4:
-        if mask.shape != (act.shape[2],):
-            raise ValueError(f"head mask has shape {tuple(mask.shape)} but the activation {tuple(act.shape)} has {act.shape[2]} heads")
-        m = mask.to(act)[:, None]  # [head, 1] against [..., head, d_head]
-    else:
-        if mask.numel() != 1:
-            raise ValueError(f"an MLP mask is one value, got shape {tuple(mask.shape)} for activation {tuple(act.shape)}")
-        m = mask.to(act).reshape(())
-    return act * m + ref.to(act) * (1 - m)
-
-
-# ---------------------------------------------------------------------------------------------
-# layer 2: references and hook factories
-
-
-@dataclass(frozen=True)
-class Reference:
-    """What a masked unit is replaced by at one site.
-
-    zero: `values` is a 0-d zero. mean: `values` is [pos, ...] (per-position mean over the
-    reference rows' non-pad tokens) and `pooled` [...] the mean over all their positions, used
-    past the reference width. resample: `values` is [batch, pos, ...], one row per input row.
-    """
-
-    kind: str
-    values: Tensor
-    pooled: Tensor | None = None
-
-    def like(self, act: Tensor) -> Tensor:
-        if self.kind == "zero":
-            return self.values
-        if self.kind == "resample":
-            if self.values.shape != act.shape:
-                raise ValueError(
-                    f"resample reference has shape {tuple(self.values.shape)} but the activation has "
-                    f"{tuple(act.shape)}; pass reference token rows of the same shape as the input"
-                )
-            return self.values
-        n, have = act.shape[1], self.values.shape[0]
-        if n <= have:
-            return self.values[:n]
-        extra = self.pooled.expand(n - have, *self.pooled.shape)
-        return torch.cat([self.values, extra], 0)
-
-    def rows(self, index: Tensor) -> Reference:
-        """The resample reference for a subset of input rows (other kinds are unchanged)."""
-        return replace(self, values=self.values[index]) if self.kind == "resample" else self
-
-
-def mask_hook(mask: Tensor, ref: Reference):
-    """A hook `fn(act, *, hook)` masking one site: a [head] mask on hook_z, a scalar on hook_mlp_out."""
-
-    def hook_fn(act: Tensor, *, hook) -> Tensor:
-        return mask_activation(act, mask, ref.like(act))
-
-    return hook_fn
-
-
-def _pad_id(model) -> int | None:
-    tok = getattr(model, "tokenizer", None)
-    return getattr(tok, "pad_token_id", None) if tok is not None else None
-
-
-def references(
-    model, sites: Sequence[str], ablation: Ablation, tokens: Tensor | None = None, *, chunk: int = 256
-) -> dict[str, Reference]:
-    """One `Reference` per hook name, from reference token rows (none needed for zero)."""
-    if ablation not in ABLATIONS:
-        raise ValueError(f"ablation {ablation!r} is not one of {ABLATIONS}")
-    if ablation == "zero":
-        if tokens is not None:
-            raise ValueError("zero ablation takes no reference tokens")
-        return {s: Reference("zero", torch.zeros(())) for s in sites}
-    if tokens is None:
-        raise ValueError(f"{ablation} ablation needs reference token rows [batch, pos] (e.g. task.clean)")
-    if tokens.ndim != 2:
-        raise ValueError(f"reference tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
-    wanted = set(sites)
-    acts: dict[str, list[Tensor]] = {s: [] for s in sites}
-    with torch.no_grad():
-        for start in range(0, tokens.shape[0], chunk):
-            _, cache = model.run_with_cache(tokens[start : start + chunk], names_filter=lambda n: n in wanted)
-            for s in sites:
-                acts[s].append(cache[s].detach())
-    out = {}
-    pad = _pad_id(model)
-    valid = torch.ones(tokens.shape, dtype=torch.bool) if pad is None else (tokens != pad)
-    valid[:, 0] = True  # a row is never all padding
-    for s in sites:
-        a = torch.cat(acts[s], 0)  # [batch, pos, ...]
-        if ablation == "resample":
-            out[s] = Reference("resample", a)
-            continue
-        w = valid.to(a).view(*valid.shape, *([1] * (a.ndim - 2)))  # [batch, pos, 1...]
-        pooled = (a * w).sum((0, 1)) / w.sum((0, 1))
-        count = w.sum(0)  # [pos, 1...]
-        per_pos = torch.where(count > 0, (a * w).sum(0) / count.clamp_min(1), pooled)
-        out[s] = Reference("mean", per_pos, pooled)
-    return out
-
-
-def _sites(mask: HeadMask) -> list[str]:
+def sites(mask: HeadMask) -> list[str]:
+    """The hook names a mask can act at: every hook_z, and every hook_mlp_out if MLPs are masked."""
     return [head_site(l) for l in range(mask.n_layers)] + ([mlp_site(l) for l in range(mask.n_layers)] if mask.mlps is not None else [])
 
 
-def mask_hooks(mask: HeadMask | tuple[Tensor, Tensor | None], refs: Mapping[str, Reference]) -> list[tuple[str, Any]]:
-    """(hook name, hook) pairs for every site whose mask is not all ones (gradients pass through)."""
+def _ref(refs: Mapping[str, Reference] | None, site: str) -> Reference:
+    if refs is None:
+        return Reference("zero", torch.zeros(()))
+    if site not in refs:
+        raise InterpError(f"no reference for {site}; build them with interp.run.reference(model, masking.sites(mask), ...)")
+    return refs[site]
+
+
+def interventions(
+    mask: HeadMask | tuple[Tensor, Tensor | None], refs: Mapping[str, Reference] | None = None
+) -> list[Mask]:
+    """One `Mask` per site whose mask is not all ones (or requires grad): hook_z per layer with the
+    layer's [head] row, hook_mlp_out per masked MLP. `mask` is a HeadMask or raw (heads [layer, head],
+    mlps [layer] or None) tensors, which may require grad (learned masks). `refs` maps hook names to
+    `interp.run.reference(...)` references; None is zero ablation."""
     heads, mlps = (mask.heads, mask.mlps) if isinstance(mask, HeadMask) else mask
     out = []
     for layer in range(heads.shape[0]):
         if heads.requires_grad or bool((heads[layer] != 1).any()):
-            out.append((head_site(layer), mask_hook(heads[layer], refs[head_site(layer)])))
+            out.append(Mask(head_site(layer), heads[layer], _ref(refs, head_site(layer))))
         if mlps is not None and (mlps.requires_grad or bool(mlps[layer] != 1)):
-            out.append((mlp_site(layer), mask_hook(mlps[layer], refs[mlp_site(layer)])))
+            out.append(Mask(mlp_site(layer), mlps[layer], _ref(refs, mlp_site(layer))))
     return out
 
 
-def _check_mask(model, mask: HeadMask) -> None:
+def check_mask(model, mask: HeadMask) -> None:
+    """InterpError unless `mask` covers the model's [layer, head]."""
     want = (model.cfg.n_layers, model.cfg.n_heads)
     if tuple(mask.heads.shape) != want:
-        raise ValueError(f"mask covers [layer, head] = {tuple(mask.heads.shape)} but the model has {want}")
+        raise InterpError(f"mask covers [layer, head] = {tuple(mask.heads.shape)} but the model has {want}")
+
+
+def check_task(task: Task) -> None:
+    """InterpError unless the task names a metric masking can score."""
+    if not task.metric or task.metric not in METRICS:
+        raise InterpError(
+            f"task {task.name}/{task.split} has no usable metric (metric={task.metric!r}); "
+            f"set Task.metric to one of {METRICS}"
+        )
+
+
+def default_reference(task: Task, ablation: Ablation, reference: Tensor | None) -> Tensor | None:
+    """`reference` if given, else the task's clean rows (mean) or corrupt rows (resample); zero: none."""
+    if reference is not None or ablation == "zero":
+        return reference
+    return task.corrupt if ablation == "resample" else task.clean
 
 
 # ---------------------------------------------------------------------------------------------
-# layer 3: analyses
-
-
-@contextmanager
-def threads(n: int) -> Iterator[None]:
-    """Run the body with `n` torch threads (small models are fastest on one), then restore."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+# analyses
 
 
 @contextmanager
 def apply(
     model, mask: HeadMask, *, ablation: Ablation = "mean", reference: Tensor | None = None
 ) -> Iterator[object]:
-    """Run the body with `mask` applied; hooks are removed on exit, even on error.
+    """Run the body with `mask` applied (through `interp.run.intervened`); removed on exit, even on error.
 
     mean: `reference` is token rows [batch, pos] whose activations are averaged; resample:
     `reference` is token rows of the same shape as the input the body runs; zero: no reference.
     """
-    _check_mask(model, mask)
-    refs = references(model, _sites(mask), ablation, reference)
-    with hooks(model, mask_hooks(mask, refs)):
+    check_mask(model, mask)
+    refs = run.reference(model, sites(mask), ablation, reference)
+    with run.intervened(model, interventions(mask, refs)):
         yield model
 
 
-def _check_task(task: Task) -> None:
-    if not task.metric or task.metric not in _METRICS:
-        raise ValueError(
-            f"task {task.name}/{task.split} has no usable metric (metric={task.metric!r}); "
-            f"set Task.metric to one of {_METRICS}"
-        )
-
-
-def _default_reference(task: Task, ablation: Ablation, reference: Tensor | None) -> Tensor | None:
-    if reference is not None or ablation == "zero":
-        return reference
-    return task.corrupt if ablation == "resample" else task.clean
-
-
-def _logits(model, tokens: Tensor, chunk: int = 256) -> Tensor:
-    with torch.no_grad():
-        return torch.cat([model(tokens[i : i + chunk]) for i in range(0, tokens.shape[0], chunk)], 0)
-
-
 def ablation_scan(
-    model, task: Task, *, ablation: Ablation = "mean", reference: Tensor | None = None, mlps: bool = True
+    model,
+    task: Task,
+    *,
+    ablation: Ablation = "mean",
+    reference: Tensor | None = None,
+    mlps: bool = True,
+    variants_per_forward: int | None = None,
+    progress: bool = True,
 ) -> Grid:
     """The task metric with each head (and each MLP) ablated alone: a [layer, unit] Grid.
 
-    The reference defaults to the task's clean rows (mean) or corrupt rows (resample).
-    `meta["baseline"]` is the unablated metric.
+    Every single-unit ablation is one variant of `interp.run.evaluate` (batched forwards, resumed
+    at the unit's layer on causal decoders). The reference defaults to the task's clean rows
+    (mean) or corrupt rows (resample). `meta["baseline"]` is the unablated metric.
     """
-    _check_task(task)
+    check_task(task)
     metric = for_task(task)
-    reference = _default_reference(task, ablation, reference)
+    reference = default_reference(task, ablation, reference)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    full = HeadMask.full(model, mlps=mlps)
-    refs = references(model, _sites(full), ablation, reference)
-    values = torch.zeros(L, H + mlps)
-    baseline = float(metric(_logits(model, task.clean)))
+    refs = run.reference(model, sites(HeadMask.full(model, mlps=mlps)), ablation, reference)
+    variants: list[list[Mask]] = [[]]  # the base run first
     for layer in range(L):
-        for unit in range(H + mlps):
-            heads, mlp = full.heads.clone(), None if full.mlps is None else full.mlps.clone()
-            if unit < H:
-                heads[layer, unit] = 0.0
-            else:
-                mlp[layer] = 0.0
-            with hooks(model, mask_hooks((heads, mlp), refs)):
-                values[layer, unit] = float(metric(_logits(model, task.clean)))
+        for head in range(H):
+            variants.append([Mask.ablate(head_site(layer), head, refs[head_site(layer)], n_heads=H)])
+        if mlps:
+            variants.append([Mask.ablate(mlp_site(layer), None, refs[mlp_site(layer)])])
+    values = run.evaluate(model, task.clean, variants, metric, variants_per_forward=variants_per_forward,
+                          progress=progress, desc="ablation scan")
     units = tuple(f"h{h}" for h in range(H)) + (("mlp",) if mlps else ())
-    meta = {"task": f"{task.name}/{task.split}", "metric": task.metric, "method": f"{ablation}-ablate one unit", "baseline": baseline}
-    return Grid(values, ("layer", "unit"), (tuple(range(L)), units), meta)
-
-
+    meta = {"task": f"{task.name}/{task.split}", "metric": task.metric, "method": f"{ablation}-ablate one unit",
+            "ablation": ablation, "baseline": float(values[0]), "chart": "heatmap"}
+    return Grid(values[1:].view(L, H + mlps), ("layer", "unit"), (tuple(range(L)), units), meta)

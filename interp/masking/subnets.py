@@ -1,34 +1,39 @@
-"""Subnetworks: the heuristic core, overlap, evaluation per split, the study, effective size, the
-toy-scale reproduction and the demo section (see interp.masking)."""
+"""Subnetworks: the heuristic core, overlap, evaluation of masks per split, the study (many masks
+across in- and out-of-distribution splits) and effective size (see interp.masking)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp.hooks import hooks
+from interp import run
+from interp.errors import InterpError
+from interp.interventions import Ablation
 from interp.masking.learn import learn_mask, subnetworks
-from interp.masking.mask import (
-    Ablation, HeadMask, _check_mask, _check_task, _logits, _sites, mask_hooks, references, threads,
-)
+from interp.masking.mask import HeadMask, check_mask, check_task, interventions, sites
 from interp.metrics import binary_accuracy, for_task
-from interp.results import Grid
+from interp.results import Grid, result
 from interp.tasks.base import Task
+
+__all__ = [
+    "EffectiveSize", "Study", "effective_size", "evaluate", "heuristic_core", "jaccard", "overlap",
+    "smallest_within", "study",
+]
+
 
 def heuristic_core(masks: Sequence[HeadMask]) -> HeadMask:
     """The units present in every (binarised) mask."""
     if not masks:
-        raise ValueError("heuristic_core needs at least one mask")
+        raise InterpError("heuristic_core needs at least one mask")
     bins = [m.binarize() for m in masks]
     shapes = {(tuple(m.heads.shape), m.mlps is None) for m in bins}
     if len(shapes) != 1:
-        raise ValueError(f"masks disagree in shape: {sorted(shapes)}; all must cover the same [layer, head] (and MLPs)")
+        raise InterpError(f"masks disagree in shape: {sorted(shapes)}; all must cover the same [layer, head] (and MLPs)")
     heads = torch.stack([m.heads for m in bins]).amin(0)
     mlps = None if bins[0].mlps is None else torch.stack([m.mlps for m in bins]).amin(0)
     return HeadMask(heads, mlps, {"name": "core", "of": [m.name for m in masks]})
@@ -44,10 +49,10 @@ def jaccard(a: Tensor, b: Tensor) -> float:
 def overlap(masks: Sequence[HeadMask]) -> Grid:
     """Pairwise Jaccard overlap of the masks' kept units: a [model, other] Grid."""
     if not masks:
-        raise ValueError("overlap needs at least one mask")
+        raise InterpError("overlap needs at least one mask")
     units = [m.units() for m in masks]
     if len({u.shape for u in units}) != 1:
-        raise ValueError(f"masks cover different unit counts: {[u.numel() for u in units]}")
+        raise InterpError(f"masks cover different unit counts: {[u.numel() for u in units]}")
     n = len(masks)
     values = torch.tensor([[jaccard(units[i], units[j]) for j in range(n)] for i in range(n)])
     names = _names(masks)
@@ -62,12 +67,12 @@ def _names(masks: Sequence[HeadMask]) -> tuple[str, ...]:
 def _as_splits(splits: Mapping[str, Task] | Sequence[Task]) -> dict[str, Task]:
     out = dict(splits) if isinstance(splits, Mapping) else {t.split: t for t in splits}
     if not out:
-        raise ValueError("evaluate needs at least one split")
+        raise InterpError("evaluate needs at least one split")
     for t in out.values():
-        _check_task(t)
+        check_task(t)
     metrics = {t.metric for t in out.values()}
     if len(metrics) != 1:
-        raise ValueError(f"splits use different metrics {sorted(metrics)}; evaluate reports one metric column")
+        raise InterpError(f"splits use different metrics {sorted(metrics)}; evaluate reports one metric column")
     return out
 
 
@@ -78,12 +83,16 @@ def evaluate(
     *,
     ablation: Ablation = "mean",
     reference: Tensor | None = None,
+    variants_per_forward: int | None = None,
+    progress: bool = True,
 ) -> Grid:
     """Accuracy (correct beats incorrect) and the task metric per split, for the full model and
     each mask: a [model, split, metric] Grid whose first model is "full".
 
-    Mean ablation uses one reference for every split: `reference` token rows, by default the
-    first split's clean rows. Resample uses each split's own corrupt rows.
+    Per split, every mask is one variant of `interp.run.evaluate` (batched forwards), once per
+    metric (once in all when the task metric is binary accuracy). Mean ablation uses one reference
+    for every split: `reference` token rows, by default the first split's clean rows. Resample
+    uses each split's own corrupt rows.
     """
     masks = [masks] if isinstance(masks, HeadMask) else list(masks)
     tasks = _as_splits(splits)
@@ -91,24 +100,32 @@ def evaluate(
     mean_ref = (reference if reference is not None else first.clean) if ablation == "mean" else None
     values = torch.zeros(len(masks) + 1, len(tasks), 2)
     for m in masks:
-        _check_mask(model, m)
-    site_union = _sites(HeadMask.full(model, mlps=any(m.mlps is not None for m in masks)))
-    shared = references(model, site_union, ablation, mean_ref) if ablation != "resample" else None
-    for j, task in enumerate(tasks.values()):
-        refs = shared or references(model, site_union, "resample", reference if reference is not None else task.corrupt)
-        for i, m in enumerate([None, *masks]):
-            with hooks(model, [] if m is None else mask_hooks(m, refs)):
-                logits = _logits(model, task.clean)
-            values[i, j, 0] = float(binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean())
-            values[i, j, 1] = float(for_task(task)(logits))
+        check_mask(model, m)
+    site_union = sites(HeadMask.full(model, mlps=any(m.mlps is not None for m in masks)))
+    shared = run.reference(model, site_union, ablation, mean_ref) if ablation != "resample" else None
+    for j, (name, task) in enumerate(tasks.items()):
+        refs = shared or run.reference(model, site_union, "resample", reference if reference is not None else task.corrupt)
+        variants = [[], *(interventions(m, refs) for m in masks)]
+
+        def accuracy(logits: Tensor, task: Task = task) -> Tensor:
+            return binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean()
+
+        kw = dict(variants_per_forward=variants_per_forward, progress=progress)
+        values[:, j, 0] = run.evaluate(model, task.clean, variants, accuracy, desc=f"accuracy on {name}", **kw)
+        if task.metric == "binary_accuracy":
+            values[:, j, 1] = values[:, j, 0]
+        else:
+            values[:, j, 1] = run.evaluate(model, task.clean, variants, for_task(task), desc=f"{task.metric} on {name}", **kw)
     labels = (("full", *_names(masks)), tuple(tasks), ("accuracy", first.metric))
-    return Grid(values, ("model", "split", "metric"), labels, {"ablation": ablation, "title": "accuracy and metric per split"})
+    return Grid(values, ("model", "split", "metric"), labels,
+                {"ablation": ablation, "title": "accuracy and metric per split", "chart": "heatmap"})
 
 
 # ---------------------------------------------------------------------------------------------
 # the study and effective size
 
 
+@result
 @dataclass(frozen=True)
 class Study:
     """Subnetworks of one model: the masks, their evaluation per split, the core and the overlap.
@@ -129,6 +146,17 @@ class Study:
         """Accuracy on `split` for the full model then each mask."""
         j = self.evaluation.labels[1].index(split)
         return [float(v) for v in self.evaluation.values[:, j, 0]]
+
+    def to_grid(self) -> Grid:
+        """Scatter of accuracy in vs out of distribution per mask (the full model as a star),
+        coloured by sparsity: a [model, metric] Grid."""
+        ids, oods = self.accuracy(self.id_split), self.accuracy(self.ood_split)
+        sparsity = [0.0] + [m.sparsity for m in self.masks]
+        names = self.evaluation.labels[0]
+        coords = (f"accuracy {self.id_split}", f"accuracy {self.ood_split}", "sparsity")
+        meta = {**self.meta, "chart": "scatter", "highlight": [names[0]], "metric": "accuracy",
+                "title": f"subnetworks: {self.id_split} vs {self.ood_split} accuracy"}
+        return Grid(torch.tensor([ids, oods, sparsity]).T, ("model", "metric"), (names, coords), meta)
 
     def to_json(self) -> dict[str, Any]:
         splits = self.evaluation.labels[1]
@@ -159,7 +187,7 @@ def study(
     *,
     sparsities: Sequence[float],
     seeds: Sequence[int],
-    progress: bool = False,
+    progress: bool = True,
     **kwargs: Any,
 ) -> Study:
     """Learn a mask per (sparsity, seed) on `task`, evaluate each on `splits` (the first is the
@@ -171,7 +199,8 @@ def study(
     for s in sparsities:
         masks += subnetworks(model, task, sparsity=s, seeds=seeds, progress=progress, **kwargs)
     ablation = kwargs.get("ablation", "mean")
-    grid = evaluate(model, masks, tasks, ablation=ablation, reference=task.clean if ablation == "mean" else None)
+    grid = evaluate(model, masks, tasks, ablation=ablation, reference=task.clean if ablation == "mean" else None,
+                    progress=progress)
     cores = {f"{s:g}": [list(h) for h in heuristic_core([m for m in masks if m.meta["sparsity"] == s]).kept_heads()] for s in sparsities}
     names = list(tasks)
     meta = {"task": f"{task.name}/{task.split}", "sparsities": list(sparsities), "seeds": list(seeds),
@@ -187,6 +216,7 @@ def smallest_within(kept: Sequence[int], accuracy: Tensor, full: Tensor, toleran
     return min(good) if good else max(kept)
 
 
+@result
 @dataclass(frozen=True)
 class EffectiveSize:
     """The fraction of units needed to stay within `tolerance` of the full model's accuracy.
@@ -197,6 +227,13 @@ class EffectiveSize:
     fraction: float
     tolerance: float
     curve: Grid
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_grid(self) -> Grid:
+        """Accuracy vs units kept, one line per split."""
+        meta = {**self.curve.meta, **self.meta, "chart": "lines",
+                "title": f"accuracy vs units kept (effective size {self.fraction:.2f})"}
+        return Grid(self.curve.values, self.curve.axes, self.curve.labels, meta)
 
 
 def effective_size(
@@ -207,18 +244,20 @@ def effective_size(
     tolerance: float = 0.02,
     sparsities: Sequence[float] = (0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
     seed: int = 0,
-    progress: bool = False,
+    progress: bool = True,
     **kwargs: Any,
 ) -> EffectiveSize:
     """As in Bhaskar et al.: prune `task`'s model at each sparsity (one mask per sparsity, learned
     on `task`), and report the smallest fraction of units whose accuracy on every one of `splits`
     stays within `tolerance` of the full model's."""
     if not 0.0 <= tolerance <= 1.0:
-        raise ValueError(f"tolerance={tolerance} must lie in [0, 1] (an accuracy difference)")
+        raise InterpError(f"tolerance={tolerance} must lie in [0, 1] (an accuracy difference)")
     tasks = _as_splits(splits)
-    masks = [learn_mask(model, task, sparsity=s, seed=seed, **kwargs) for s in tqdm(sorted(sparsities), desc="effective size", disable=not progress)]
+    masks = [learn_mask(model, task, sparsity=s, seed=seed, progress=False, **kwargs)
+             for s in tqdm(sorted(sparsities), desc="effective size", disable=not progress)]
     ablation = kwargs.get("ablation", "mean")
-    grid = evaluate(model, masks, tasks, ablation=ablation, reference=task.clean if ablation == "mean" else None)
+    grid = evaluate(model, masks, tasks, ablation=ablation, reference=task.clean if ablation == "mean" else None,
+                    progress=progress)
     acc = grid.values[:, :, 0]  # [model, split], row 0 = full
     n_units = masks[0].n_units if masks else 1
     kept = [n_units] + [n_units - int((m.units() == 0).sum()) for m in masks]
@@ -226,70 +265,6 @@ def effective_size(
     curve = Grid(acc[order], ("k", "split"), (tuple(kept[i] for i in order), tuple(tasks)),
                  {"metric": "accuracy", "title": "accuracy vs units kept", "n_units": n_units, "tolerance": tolerance})
     k = smallest_within(kept, acc, acc[0], tolerance)
-    return EffectiveSize(k / n_units, tolerance, curve)
-
-
-# ---------------------------------------------------------------------------------------------
-# reproduction and demo
-
-
-def _sva_tasks(masked: bool, n_train: int, n_eval: int) -> tuple[Task, dict[str, Task]]:
-    from interp.tasks import make
-
-    train = make("sva", split="sva_id", n=n_train, seed=1, masked=masked)
-    splits = {s: make("sva", split=s, n=n_eval, seed=2, masked=masked) for s in ("sva_id", "sva_attractor_mismatch")}
-    return train, splits
-
-
-def repro(
-    progress: bool = True,
-    *,
-    spec: str = "zoo:lm-gpt2",
-    sparsities: Sequence[float] = (0.5, 0.7),
-    seeds: Sequence[int] = tuple(range(8)),
-    steps: int = 200,
-    n_train: int = 512,
-    n_eval: int = 512,
-) -> dict[str, Any]:
-    """The heuristic-core study at toy scale: masks learned on SVA (in distribution) at each
-    sparsity and seed, evaluated on sva_id and on sva_attractor_mismatch, whose attractor always
-    disagrees with the head noun (so "agree with the nearest noun" fails). Works on decoders and
-    on the BERT encoder (masked-verb SVA). Returns a JSON-serialisable dict."""
-    from interp.model import describe, load
-
-    start = time.perf_counter()
-    model = load(spec)
-    masked = not describe(model)["is_causal"]
-    train, splits = _sva_tasks(masked, n_train, n_eval)
-    with threads(1):
-        result = study(model, train, splits, sparsities=sparsities, seeds=seeds, steps=steps, progress=progress)
-    out = result.to_json()
-    out.update({"model": spec, "masked": masked, "steps": steps, "ablation": "mean", "seconds": time.perf_counter() - start})
-    return out
-
-
-def demo_section(workdir: Path) -> list:
-    """Report items: subnetwork masks of an SVA model, their core and overlap, ID vs OOD accuracy."""
-    from interp.model import ZOO_DIR, build_tiny, load
-    from interp.results import Heading, stack
-    from interp.tasks import english
-
-    if (ZOO_DIR / "lm-gpt2" / "config.json").exists():
-        spec = "zoo:lm-gpt2"
-    else:
-        spec = str(build_tiny("gpt2", Path(workdir) / "models" / "masking-gpt2", words=english.WORDS, n_layers=2))
-    model = load(spec)
-    train, splits = _sva_tasks(False, 256, 256)
-    with threads(1):
-        result = study(model, train, splits, sparsities=(0.5,), seeds=range(4), steps=120)
-    masks = stack([m.to_grid() for m in result.masks], "model", _names(result.masks))
-    return [
-        Heading("Subnetworks and the heuristic core"),
-        f"Hard-concrete masks learned at 50% sparsity with four seeds on {spec} (subject-verb agreement, "
-        "in distribution), then evaluated out of distribution on attractor-mismatch SVA. "
-        "Run `interp repro heuristic-core` for the full study.",
-        replace(masks, meta={**masks.meta, "title": "kept units per subnetwork"}),
-        result.core,
-        result.overlap,
-        result,
-    ]
+    meta = {"task": f"{task.name}/{task.split}", "splits": list(tasks), "sparsities": sorted(sparsities), "seed": seed,
+            "ablation": ablation, "kept": k, "n_units": n_units}
+    return EffectiveSize(k / n_units, tolerance, curve, meta)

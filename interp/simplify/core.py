@@ -11,8 +11,16 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp import run
+from interp.errors import InterpError
 from interp.hooks import check_head, kv_head_of
+from interp.sites import hook_name
 from interp.tasks.base import Task
+
+__all__ = [
+    "BATCH", "IGNORE", "HeadSpec", "Rows", "collect", "dyck_rows", "fit_meta", "heads_of", "js_divergence",
+    "kmeans_centroids", "kv_heads_of", "nearest", "onehot_scores", "project", "qk_site", "svd_basis",
+]
 
 IGNORE = -100
 BATCH = 256
@@ -35,13 +43,13 @@ class Rows:
 
     def __post_init__(self) -> None:
         if self.tokens.shape != self.targets.shape:
-            raise ValueError(f"tokens {tuple(self.tokens.shape)} and targets {tuple(self.targets.shape)} must have the same shape [batch, pos]")
+            raise InterpError(f"tokens {tuple(self.tokens.shape)} and targets {tuple(self.targets.shape)} must have the same shape [batch, pos]")
         if self.lengths.shape != (self.tokens.shape[0],):
-            raise ValueError(f"lengths has shape {tuple(self.lengths.shape)}, expected ({self.tokens.shape[0]},) for tokens {tuple(self.tokens.shape)}")
+            raise InterpError(f"lengths has shape {tuple(self.lengths.shape)}, expected ({self.tokens.shape[0]},) for tokens {tuple(self.tokens.shape)}")
         if len(self.lengths) and (int(self.lengths.min()) < 0 or int(self.lengths.max()) > self.tokens.shape[1]):
-            raise ValueError(f"lengths must lie in 0..{self.tokens.shape[1]}, got {self.lengths.min().item()}..{self.lengths.max().item()}")
+            raise InterpError(f"lengths must lie in 0..{self.tokens.shape[1]}, got {self.lengths.min().item()}..{self.lengths.max().item()}")
         if bool(((self.targets != IGNORE) & ~self.valid()).any()):
-            raise ValueError("a target lies at or after its row's length; scored positions must come before the length")
+            raise InterpError("a target lies at or after its row's length; scored positions must come before the length")
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -83,49 +91,31 @@ def dyck_rows(n: int, *, split: str, seed: int = 0, k: int = 20, m: int = 10) ->
 # heads and hook sites
 
 
-def _heads(model, heads: HeadSpec) -> tuple[tuple[int, int], ...]:
+def heads_of(model, heads: HeadSpec) -> tuple[tuple[int, int], ...]:
     """Normalise (layer, head) or a sequence of them; check ranges; sorted, no repeats."""
     if isinstance(heads, tuple) and len(heads) == 2 and all(isinstance(x, int) for x in heads):
         heads = [heads]
     out = []
     for h in heads:
         if not (isinstance(h, (tuple, list)) and len(h) == 2):
-            raise ValueError(f"a head is a (layer, head) pair, got {h!r}")
+            raise InterpError(f"a head is a (layer, head) pair, got {h!r}")
         layer, head = int(h[0]), int(h[1])
         check_head(model, layer, head)
         out.append((layer, head))
     if not out:
-        raise ValueError("no heads given; pass (layer, head) or a list of (layer, head) pairs")
+        raise InterpError("no heads given; pass (layer, head) or a list of (layer, head) pairs")
     return tuple(sorted(set(out)))
 
 
-def _kv_heads(model, heads: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+def kv_heads_of(model, heads: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """The sorted (layer, kv_head) pairs that the query heads `heads` read their keys from."""
     return tuple(sorted({(layer, kv_head_of(model, h)) for layer, h in heads}))
 
 
-def _site(model, layer: int, which: str) -> str:
+def qk_site(model, layer: int, which: str) -> str:
     """The hook whose vectors form the scores: hook_rot_q/k on rotary models, else hook_q/k."""
     rot = f"blocks.{layer}.attn.hook_rot_{which}"
-    return rot if rot in model.hook_dict else f"blocks.{layer}.attn.hook_{which}"
-
-
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _check_model(model, heads: tuple[tuple[int, int], ...], d_head: int | None) -> None:
-    for layer, head in heads:
-        check_head(model, layer, head)
-    if d_head is not None and d_head != model.cfg.d_head:
-        raise ValueError(f"the simplifier was fitted with d_head={d_head} but this model has d_head={model.cfg.d_head}")
-
-
-def _by_layer(sites: tuple[tuple[int, int], ...]) -> dict[int, list[tuple[int, int]]]:
-    """{layer: [(row in the stacked tensors, head), ...]}."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    for i, (layer, head) in enumerate(sites):
-        out.setdefault(layer, []).append((i, head))
-    return out
+    return rot if rot in model.hook_dict else hook_name(which, layer)
 
 
 def collect(model, heads: HeadSpec, data: Task | Rows) -> tuple[Float[Tensor, "head n d_head"], Float[Tensor, "kv_head n d_head"]]:
@@ -134,28 +124,28 @@ def collect(model, heads: HeadSpec, data: Task | Rows) -> tuple[Float[Tensor, "h
     Returns ([head, n, d_head], [kv_head, n, d_head]) in the order of the sorted (layer, head)
     and (layer, kv_head) pairs. Raises on empty data.
     """
-    heads = _heads(model, heads)
-    kv = _kv_heads(model, heads)
+    heads = heads_of(model, heads)
+    kv = kv_heads_of(model, heads)
     rows = Rows.of(data)
     if len(rows) == 0 or int(rows.lengths.sum()) == 0:
-        raise ValueError("the fit data is empty: it has no rows or no positions before the row lengths")
+        raise InterpError("the fit data is empty: it has no rows or no positions before the row lengths")
     layers = sorted({layer for layer, _ in heads})
-    names = [_site(model, layer, w) for layer in layers for w in ("q", "k")]
+    names = [qk_site(model, layer, w) for layer in layers for w in ("q", "k")]
     qs: list[list[Tensor]] = [[] for _ in heads]
     ks: list[list[Tensor]] = [[] for _ in kv]
-    device = _device(model)
-    with torch.no_grad():
-        for batch in rows.batches():
-            _, cache = model.run_with_cache(batch.tokens.to(device), names_filter=lambda n: n in names)
-            keep = batch.valid().to(device)  # [batch, pos]
-            for i, (layer, head) in enumerate(heads):
-                qs[i].append(cache[_site(model, layer, "q")][:, :, head][keep].float().cpu())
-            for j, (layer, kvh) in enumerate(kv):
-                ks[j].append(cache[_site(model, layer, "k")][:, :, kvh][keep].float().cpu())
+    device = model.cfg.device
+    for batch in rows.batches():
+        _, cache = run.cache(model, batch.tokens.to(device), names)
+        keep = batch.valid().to(device)  # [batch, pos]
+        for i, (layer, head) in enumerate(heads):
+            qs[i].append(cache[qk_site(model, layer, "q")][:, :, head][keep].float().cpu())
+        for j, (layer, kvh) in enumerate(kv):
+            ks[j].append(cache[qk_site(model, layer, "k")][:, :, kvh][keep].float().cpu())
     return torch.stack([torch.cat(x) for x in qs]), torch.stack([torch.cat(x) for x in ks])
 
 
-def _describe_fit(model, data: Task | Rows, n_vectors: int) -> dict[str, Any]:
+def fit_meta(model, data: Task | Rows, n_vectors: int) -> dict[str, Any]:
+    """Provenance of a fit: the model, the data's own meta, its row count and the vectors fitted."""
     rows = Rows.of(data)
     return {"model": str(getattr(model.cfg, "model_name", "")), **rows.meta, "rows": len(rows), "n_vectors": n_vectors}
 

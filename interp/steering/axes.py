@@ -1,128 +1,155 @@
-"""Axes and interventions as data, and the pure tensor functions that apply them.
+"""Axes and the steering intervention as data, and the pure tensor functions that apply them.
 
 See interp.steering for the vocabulary (u, mean, c, strength) and the formula of each mode.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Float, Int
-from safetensors import safe_open
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from interp.results import Grid, write_tensors_atomic
+from interp import results
+from interp.errors import InterpError
+from interp.results import Grid, result
+from interp.sites import hook_name, layer_of
+
+__all__ = ["MODES", "Axis", "Generation", "Steer", "apply", "axis_from_core", "axis_from_vector", "projection",
+           "random_axis"]
 
 Mode = Literal["add", "flip", "project_out", "set"]
 MODES: tuple[str, ...] = ("add", "flip", "project_out", "set")
-_AXIS_FORMAT = "interp.Axis/1"
 
 
-def site_name(site: str | int) -> str:
-    """A hook name for `site`: an int layer means `blocks.{layer}.hook_resid_pre`."""
-    if isinstance(site, bool) or not isinstance(site, (str, int)):
-        raise TypeError(f"site must be a hook name or a layer index, got {site!r}")
-    return f"blocks.{site}.hook_resid_pre" if isinstance(site, int) else site
-
-
+@result
 @dataclass(frozen=True)
 class Axis:
     """A direction at one site, with the statistics that give its strengths a natural scale.
 
     direction: unit vector u [d_model] (or exactly zero: a null axis). mean: mu [d_model].
-    site: hook name (an int layer is turned into `blocks.{layer}.hook_resid_pre`).
-    proj_mean, proj_std: mean and std of (h - mu) . u over the reference set (NaN when unknown,
-    e.g. for an axis from a raw vector; mode "set" needs them). meta: provenance (JSON values).
+    site: a full hook name, or a short name (interp.sites) with `layer`; stored as the full name,
+    and `layer` as that name's layer. proj_mean, proj_std: mean and std of (h - mu) . u over the
+    reference set (NaN when unknown, e.g. for an axis from a raw vector; mode "set" needs them).
+    meta: provenance (JSON values).
     """
 
     direction: Float[Tensor, " d_model"]
     mean: Float[Tensor, " d_model"]
-    site: str | int  # always a hook name (str) after construction
+    site: str
     proj_mean: float | int = float("nan")
     proj_std: float | int = float("nan")
     meta: dict[str, Any] = field(default_factory=dict)
+    layer: int | None = None
 
     def __post_init__(self) -> None:
         u = torch.as_tensor(self.direction).detach().float().cpu()
         mu = torch.as_tensor(self.mean).detach().float().cpu()
         if u.ndim != 1 or mu.shape != u.shape:
-            raise ValueError(f"Axis direction {tuple(u.shape)} and mean {tuple(mu.shape)} must both be [d_model]")
+            raise InterpError(f"Axis direction {tuple(u.shape)} and mean {tuple(mu.shape)} must both be [d_model]")
         if not (torch.isfinite(u).all() and torch.isfinite(mu).all()):
-            raise ValueError("Axis direction and mean must be finite (found NaN or inf)")
+            raise InterpError("Axis direction and mean must be finite (found NaN or inf)")
         norm = float(u.norm())
         if norm != 0.0 and abs(norm - 1.0) > 1e-4:
-            raise ValueError(f"Axis direction has norm {norm:.6g}; pass a unit vector (or use axis_from_vector)")
+            raise InterpError(f"Axis direction has norm {norm:.6g}; pass a unit vector (or use axis_from_vector)")
+        site = hook_name(self.site, self.layer)
         object.__setattr__(self, "direction", u)
         object.__setattr__(self, "mean", mu)
-        object.__setattr__(self, "site", site_name(self.site))
+        object.__setattr__(self, "site", site)
+        object.__setattr__(self, "layer", layer_of(site))
         object.__setattr__(self, "proj_mean", float(self.proj_mean))
         object.__setattr__(self, "proj_std", float(self.proj_std))
+        object.__setattr__(self, "meta", dict(self.meta))
 
     @property
     def d_model(self) -> int:
         return self.direction.shape[0]
 
     def save(self, path: str | Path) -> Path:
-        """direction and mean as safetensors; site, projection stats and meta as JSON, atomically."""
-        path = Path(path)
-        header = json.dumps({"site": self.site, "proj_mean": self.proj_mean, "proj_std": self.proj_std, "meta": self.meta})
-        write_tensors_atomic(path, {"direction": self.direction.contiguous(), "mean": self.mean.contiguous()},
-                             {"format": _AXIS_FORMAT, "axis": header})
-        return path
+        """`interp.results.save(self, path)`."""
+        return results.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Axis:
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"no Axis file at {path}")
-        try:
-            with safe_open(str(path), framework="pt") as f:
-                meta = f.metadata() or {}
-                direction, mean = (f.get_tensor("direction"), f.get_tensor("mean")) if meta.get("format") == _AXIS_FORMAT else (None, None)
-        except Exception as err:  # safetensors raises its own error type for a non-safetensors file
-            raise ValueError(f"{path} is not an interp Axis file: it is not readable as safetensors ({err})") from None
-        if direction is None:
-            raise ValueError(f"{path} is not an interp Axis file (format {meta.get('format')!r}, expected {_AXIS_FORMAT!r})")
-        header = json.loads(meta["axis"])
-        return cls(direction, mean, header["site"], header["proj_mean"], header["proj_std"], header["meta"])
+        """`interp.results.load(path)`, checked to be an Axis."""
+        obj = results.load(path)
+        if not isinstance(obj, cls):
+            raise InterpError(f"{path} holds a {type(obj).__name__}, not an interp Axis")
+        return obj
 
 
 @dataclass(frozen=True)
-class Intervention:
-    """An axis with a mode and a strength (see the module docstring for the formulas)."""
+class Steer:
+    """An axis with a mode and a strength (formulas in interp.steering), on the intervention protocol.
+
+    where: optional [batch, pos] bool, the positions to steer (absolute positions: a forward that
+    starts at position `start` reads columns start.. of it); None steers every position.
+    """
 
     axis: Axis
     mode: str = "flip"  # one of MODES
     strength: float | int = 1.0
+    where: Bool[Tensor, "batch pos"] | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.axis, Axis):
+            raise InterpError(f"Steer needs an Axis, got {type(self.axis).__name__}")
         if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} is not one of {MODES}")
+            raise InterpError(f"mode {self.mode!r} is not one of {MODES}")
         if isinstance(self.strength, bool) or not isinstance(self.strength, (int, float)):
-            raise TypeError(f"strength must be a number, got {self.strength!r}")
+            raise InterpError(f"strength must be a number, got {self.strength!r}")
         if not math.isfinite(self.strength):
-            raise ValueError(f"strength must be finite, got {self.strength}")
+            raise InterpError(f"strength must be finite, got {self.strength}")
         if self.mode == "set" and not math.isfinite(self.axis.proj_std):
-            raise ValueError(
+            raise InterpError(
                 "mode 'set' works in units of the axis's natural std, but this axis has none "
                 "(proj_std is NaN); build it with axis_from_contrast or give proj_mean/proj_std"
             )
+        if self.where is not None and (not isinstance(self.where, Tensor) or self.where.dtype != torch.bool
+                                       or self.where.ndim != 2):
+            raise InterpError("where must be a [batch, pos] bool tensor (or None: every position)")
         object.__setattr__(self, "strength", float(self.strength))
 
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.axis.site,)
 
+    @property
+    def first_pos(self) -> int:
+        if self.where is None:
+            return 0
+        steered = self.where.any(0).nonzero()
+        return int(steered[0, 0]) if len(steered) else int(self.where.shape[1])
+
+    def __str__(self) -> str:
+        return f"{self.mode}({self.strength:g}) at {self.axis.site}"
+
+    def __call__(self, act: Float[Tensor, "batch pos d_model"], *, site: str, start: int = 0) -> Tensor:
+        out = apply(act, self)
+        if self.where is None:
+            return out
+        if act.ndim != 3 or start + act.shape[1] > self.where.shape[1] or act.shape[0] != self.where.shape[0]:
+            raise InterpError(f"steering positions {tuple(self.where.shape)} do not cover the activation "
+                              f"{tuple(act.shape)} at {site} from position {start}")
+        where = self.where[:, start: start + act.shape[1]].to(act.device)
+        return torch.where(where[..., None], out, act)
+
+
+@result
 @dataclass(frozen=True)
 class Generation:
     """What `generate` produced, one row per prompt.
 
     tokens: [batch, pos] left-padded prompt tokens then generated tokens (pad after a row's EOS).
     prompt_len: real prompt tokens per row; n_generated: generated tokens per row (EOS included).
-    projections: [intervention, batch, step] projection c = (h - mu) . u of each intervention's
-    axis, read at the position that predicts step `step`, before that intervention acts (NaN
-    once a row has finished); None when not recorded. Step 0 reads the last prompt token.
+    projections: [steer, batch, step] projection c = (h - mu) . u of each steer's axis, read at
+    the position that predicts step `step`, before that steer acts (NaN once a row has finished);
+    None when not recorded. Step 0 reads the last prompt token. meta["interventions"] names the
+    steers.
     """
 
     prompts: tuple[str, ...]
@@ -130,38 +157,36 @@ class Generation:
     tokens: Int[Tensor, "batch pos"]
     prompt_len: Int[Tensor, " batch"]
     n_generated: Int[Tensor, " batch"]
-    projections: Float[Tensor, "n_int batch step"] | None = None
+    projections: Float[Tensor, "n_steer batch step"] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompts", tuple(self.prompts))
+        object.__setattr__(self, "completions", tuple(self.completions))
 
     @property
     def texts(self) -> tuple[str, ...]:
         """Prompt and completion joined by a space, per row."""
         return tuple(f"{p} {c}".strip() for p, c in zip(self.prompts, self.completions))
 
-    def projection_grid(self) -> Grid:
-        """The recorded projections as a Grid (unit = intervention, batch, step)."""
+    def to_grid(self) -> Grid:
+        """The recorded projections as a lines chart: x = step, one line per prompt, one panel per steer."""
         if self.projections is None:
-            raise ValueError("no projections were recorded; call generate(..., record=True)")
-        units = tuple(self.meta.get("interventions", range(self.projections.shape[0])))
-        return Grid(self.projections, ("unit", "batch", "step"),
-                    (units, tuple(range(self.projections.shape[1])), tuple(range(self.projections.shape[2]))),
-                    {"metric": "projection (h - mean) . u", **{k: v for k, v in self.meta.items() if k != "interventions"}})
+            raise InterpError("no projections were recorded; call generate(..., record=True)")
+        n_steer, batch, steps = self.projections.shape
+        units = tuple(self.meta.get("interventions", range(n_steer)))
+        meta = {k: v for k, v in self.meta.items() if k != "interventions"}
+        return Grid(self.projections.permute(2, 1, 0), ("step", "batch", "unit"),
+                    (tuple(range(steps)), self.prompts, units),
+                    {**meta, "chart": "lines", "metric": "projection (h - mean) . u before the steer acts",
+                     "title": "projection on the axis per generation step"})
 
+    def to_dataframe(self):
+        """One row per prompt: prompt, completion and generated-token count."""
+        import pandas as pd
 
-@dataclass(frozen=True)
-class Comparison:
-    """Unsteered and steered continuations of the same prompts, for side-by-side display.
-
-    tags mark each word of a continuation: "agree" (a verb agreeing with the prompt subject's
-    number), "flip" (a verb agreeing with the opposite number) or "" (anything else).
-    """
-
-    prompts: tuple[str, ...]
-    unsteered: tuple[str, ...]
-    steered: tuple[str, ...]
-    unsteered_tags: tuple[tuple[str, ...], ...]
-    steered_tags: tuple[tuple[str, ...], ...]
-    meta: dict[str, Any] = field(default_factory=dict)
+        return pd.DataFrame({"prompt": self.prompts, "completion": self.completions,
+                             "n_generated": self.n_generated.tolist()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,21 +199,21 @@ def projection(h: Float[Tensor, "*rest d_model"], axis: Axis) -> Float[Tensor, "
     return (h - mu) @ u
 
 
-def apply(h: Float[Tensor, "*rest d_model"], intervention: Intervention) -> Float[Tensor, "*rest d_model"]:
-    """The intervened activation (module docstring has the formula of each mode)."""
-    axis, s = intervention.axis, intervention.strength
+def apply(h: Float[Tensor, "*rest d_model"], steer: Steer) -> Float[Tensor, "*rest d_model"]:
+    """The steered activation at every position (interp.steering has the formula of each mode);
+    `steer.where` is not read here (Steer's __call__ applies it)."""
+    axis, s = steer.axis, steer.strength
     if h.shape[-1] != axis.d_model:
-        raise ValueError(f"activation width {h.shape[-1]} but the axis has {axis.d_model} dims")
+        raise InterpError(f"activation width {h.shape[-1]} but the axis has {axis.d_model} dims")
     u = axis.direction.to(h)
-    if intervention.mode == "add":
+    if steer.mode == "add":
         return h + s * u
     c = projection(h, axis)[..., None]  # [*rest, 1]
-    if intervention.mode == "flip":
+    if steer.mode == "flip":
         return h - (2.0 * s) * c * u
-    if intervention.mode == "project_out":
+    if steer.mode == "project_out":
         return h - s * c * u
     return h + (axis.proj_mean + s * axis.proj_std - c) * u
-
 
 
 def axis_from_core(core: Any, *, proj_mean: float = float("nan"), proj_std: float = float("nan")) -> Axis:
@@ -198,22 +223,24 @@ def axis_from_core(core: Any, *, proj_mean: float = float("nan"), proj_std: floa
     """
     basis = torch.as_tensor(core.basis).detach().float().cpu()
     if basis.ndim != 2 or basis.shape[1] != 1:
-        raise ValueError(f"axis_from_core needs a 1-D core (basis [d_model, 1]), got basis {tuple(basis.shape)}; "
-                         "extract it with k=1 or take one column")
+        raise InterpError(f"axis_from_core needs a 1-D core (basis [d_model, 1]), got basis {tuple(basis.shape)}; "
+                          "extract it with k=1 or take one column")
     u = basis[:, 0]
-    meta = {"method": f"core:{getattr(core, 'method', 'unknown')}", **{k: v for k, v in dict(getattr(core, "provenance", {}) or {}).items()
-                                                                       if isinstance(v, (str, int, float, bool, type(None)))}}
+    extra = dict(getattr(core, "meta", None) or getattr(core, "provenance", None) or {})
+    meta = {"method": f"core:{getattr(core, 'method', 'unknown')}",
+            **{k: v for k, v in extra.items() if isinstance(v, (str, int, float, bool, type(None)))}}
     return Axis(u / u.norm(), core.mean, core.site, proj_mean, proj_std, meta)
 
 
-def axis_from_vector(vector: Float[Tensor, " d_model"], *, site: str | int, mean: Float[Tensor, " d_model"] | None = None,
-                     proj_mean: float = float("nan"), proj_std: float = float("nan"), meta: dict[str, Any] | None = None) -> Axis:
+def axis_from_vector(vector: Float[Tensor, " d_model"], *, site: str, layer: int | None = None,
+                     mean: Float[Tensor, " d_model"] | None = None, proj_mean: float = float("nan"),
+                     proj_std: float = float("nan"), meta: dict[str, Any] | None = None) -> Axis:
     """An axis along a raw vector (normalised; a zero vector gives a null axis), mean 0 unless given."""
     v = torch.as_tensor(vector).detach().float().cpu()
     norm = float(v.norm())
     u = v / norm if norm > 0 else v
     mu = torch.zeros_like(u) if mean is None else mean
-    return Axis(u, mu, site, proj_mean, proj_std, {"method": "vector", "norm": norm, **(meta or {})})
+    return Axis(u, mu, site, proj_mean, proj_std, {"method": "vector", "norm": norm, **(meta or {})}, layer)
 
 
 def random_axis(axis: Axis, *, seed: int = 0) -> Axis:

@@ -1,0 +1,87 @@
+"""The runner: many variants side by side equal one forward per variant, on every kind of model."""
+
+import pytest
+import torch
+
+from interp import run
+from interp.errors import InterpError
+from interp.interventions import Mask, Patch, Project, WeightMask
+
+
+def _pair(model, seed=0, batch=3, pos=7):
+    g = torch.Generator().manual_seed(seed)
+    clean = torch.randint(5, 30, (batch, pos), generator=g)
+    clean[:, 0] = 2
+    corrupt = clean.clone()
+    corrupt[:, 3] = torch.randint(5, 30, (batch,), generator=g)
+    return clean, corrupt
+
+
+def metric(logits):
+    return (logits[:, -1, 7] - logits[:, -1, 8]).mean()
+
+
+def _variants(model, clean, corrupt):
+    names = ["blocks.0.attn.hook_z", "blocks.1.hook_resid_pre", "blocks.1.attn.hook_pattern", "blocks.0.hook_mlp_out"]
+    _, src = run.cache(model, clean, names)
+    d = model.cfg.d_model
+    basis = torch.linalg.qr(torch.randn(d, 3, generator=torch.Generator().manual_seed(1)))[0]
+    first_param = next(n for n, p in model.named_parameters() if p.ndim == 2 and ".1." in n and ("mlp" in n or "intermediate" in n))
+    return [
+        [],
+        [Patch(names[0], src[names[0]], pos=5, head=1)],
+        [Patch(names[1], src[names[1]], pos=3)],
+        [Patch(names[2], src[names[2]], pos=6, head=0)],
+        [Patch(names[1], src[names[1]]), Mask.ablate("z", [0, 2], n_heads=model.cfg.n_heads, layer=1)],
+        [Project("resid_mid", basis, torch.zeros(d), "core_removed", positions=torch.tensor([6, 4, 5]), layer=1)],
+        [Mask("mlp_out", torch.tensor(0.3), layer=0)],
+        [WeightMask({first_param: torch.zeros(())})],
+        [WeightMask({first_param: torch.zeros(())}), Patch(names[0], src[names[0]], pos=2)],
+    ]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("size", [1, 4, 64])
+def test_evaluate_equals_one_forward_per_variant(tiny_models, family, size):
+    model = tiny_models[family]
+    clean, corrupt = _pair(model)
+    variants = _variants(model, clean, corrupt)
+    want = torch.tensor([float(metric(run.logits(model, corrupt, v))) for v in variants])
+    got = run.evaluate(model, corrupt, variants, metric, variants_per_forward=size, progress=False)
+    assert torch.allclose(got, want, atol=1e-4), (got, want)
+    assert len(set(want.tolist())) > 5  # the variants really differ
+
+
+@pytest.mark.parametrize("resumable", [True, False])
+def test_plan_covers_every_variant_once_from_an_early_enough_start(resumable):
+    starts = [(l, p) for l in range(3) for p in range(6) for _ in range(2)] + [(l, 0) for l in range(3)]
+    plans = run.plan_forwards(starts, batch=4, n_pos=6, n_layers=3, size=5, resumable=resumable)
+    assert sorted(i for _, _, m in plans for i in m) == list(range(len(starts)))
+    for layer, start, members in plans:
+        assert 1 <= len(members) <= 5
+        assert all(layer <= starts[i][0] and start <= starts[i][1] for i in members)
+        if not resumable:
+            assert (layer, start) == (0, 0)
+    if resumable:
+        assert any(l > 0 for l, _, _ in plans) and any(s > 0 for _, s, _ in plans)
+
+
+def test_reference_means_skip_padding(gpt2):
+    tokens = torch.tensor([[2, 7, 8, 9], [2, 10, 0, 0]])  # id 0 is [PAD] in the word tokenizer
+    name = "blocks.0.hook_resid_pre"
+    ref = run.reference(gpt2, [name], "mean", tokens)[name]
+    acts = run.cache(gpt2, tokens, [name])[1][name]
+    assert torch.allclose(ref.values[1], acts[:, 1].mean(0), atol=1e-6)
+    assert torch.allclose(ref.values[2], acts[0, 2], atol=1e-6)  # only the unpadded row counts
+    assert ref.like(torch.zeros(1, 6, gpt2.cfg.d_model)).shape == (6, gpt2.cfg.d_model)  # pooled past the width
+
+
+def test_errors(gpt2):
+    clean, corrupt = _pair(gpt2)
+    _, src = run.cache(gpt2, clean[:2], ["blocks.0.attn.hook_z"])
+    with pytest.raises(InterpError, match="2 rows but the input has 3"):
+        run.evaluate(gpt2, corrupt, [[Patch("z", src["blocks.0.attn.hook_z"], layer=0)]], metric)
+    with pytest.raises(InterpError, match="scalar"):
+        run.evaluate(gpt2, corrupt, [[]], lambda lg: lg[:, -1, 0])
+    with pytest.raises(InterpError, match="variants_per_forward"):
+        run.evaluate(gpt2, corrupt, [[]], metric, variants_per_forward=0)
