@@ -4,7 +4,8 @@
 
 (1) Seconds and steps/s to learn one mask (`interp.masking.learn_mask`, sparsity 0.5, default
 settings: batch 32, mean ablation, heads + MLPs) on SVA (sva_id, 512 rows). Goal: <= 60 s.
-(2) A mean-ablation scan over every head and MLP (`interp.masking.ablation_scan`) against the same
+(2) A mean-ablation scan over every head and MLP (`interp.masking.ablation_scan`: every single-unit
+ablation one variant of `interp.run.evaluate`, batched and resumed at the unit's layer) against the same
 scan written as plain TransformerLens hooks in a loop (`run_with_cache` for the means, then one
 `run_with_hooks` per unit), in one process on the same model and rows, with the max |difference|.
 Prints a markdown section; `--record` appends it to a file.
@@ -33,7 +34,6 @@ def _model(spec: str):
         path = build_tiny("gpt2", tempfile.mkdtemp() + "/lm", words=english.WORDS, d_model=128, n_layers=4, n_heads=4, d_mlp=256)
         return load(path), f"random-weight model of lm-gpt2's sizes ({spec} absent)"
     return load(spec), spec
-
 
 
 
@@ -80,11 +80,11 @@ def main() -> None:
     model, name = _model(args.spec)
     train = make("sva", split="sva_id", n=512, seed=1)
     start = time.perf_counter()
-    mask = masking.learn_mask(model, train, sparsity=0.5, seed=0, steps=args.steps)
+    mask = masking.learn_mask(model, train, sparsity=0.5, seed=0, steps=args.steps, progress=False)
     learn_s = time.perf_counter() - start
 
     scan_task = make("sva", split="sva_id", n=256, seed=2)
-    t_interp, grid = best_of(lambda: masking.ablation_scan(model, scan_task, ablation="mean"), args.repeats)
+    t_interp, grid = best_of(lambda: masking.ablation_scan(model, scan_task, ablation="mean", progress=False), args.repeats)
     t_tl, plain = best_of(lambda: plain_tl_scan(model, scan_task), args.repeats)
     diff = float((grid.values - plain).abs().max())
 
@@ -99,7 +99,7 @@ def main() -> None:
         f"| learn one mask, sparsity 0.5, {args.steps} steps, batch 32, 20 units (seconds) | {learn_s:.1f} |",
         f"| steps per second | {args.steps / learn_s:.2f} |",
         f"| mask: units off / expected sparsity | {int((mask.units() == 0).sum())}/{mask.n_units} / {mask.meta['expected_sparsity']:.3f} |",
-        f"| ablation scan, {grid.values.numel()} units, 256 rows: interp (s) | {t_interp:.2f} |",
+        f"| ablation scan, {grid.values.numel()} units, 256 rows: interp, batched `run.evaluate` (s) | {t_interp:.2f} |",
         f"| same scan as plain TL hooks in a loop (s) | {t_tl:.2f} |",
         f"| ratio TL / interp | {t_tl / t_interp:.2f} |",
         f"| max abs difference of the two scans | {diff:.2e} |",

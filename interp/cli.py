@@ -7,6 +7,10 @@ import json
 import sys
 from pathlib import Path
 
+from interp.errors import InterpError
+
+__all__ = ["REPROS", "build_parser", "main"]
+
 
 def _info(args: argparse.Namespace) -> int:
     from interp.hooks import hook_names
@@ -56,7 +60,7 @@ def _zoo_train(args: argparse.Namespace) -> int:
     from interp.train import RECIPES, train
 
     if args.name not in RECIPES:
-        raise KeyError(f"no recipe {args.name!r}; recipes: {', '.join(RECIPES)}")
+        raise InterpError(f"no recipe {args.name!r}; recipes: {', '.join(RECIPES)}")
     card = train(RECIPES[args.name], args.out, steps=args.steps)
     print(json.dumps({"name": card["name"], "seconds": card["training"]["seconds"], "accuracy": card.get("accuracy")}, indent=2))
     return 0
@@ -73,20 +77,14 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-# `interp repro NAME`: each module defines `repro(progress: bool = True) -> dict` (JSON-able).
-REPROS = {
-    "heuristic-core": "interp.masking",
-    "illusions": "interp.simplify",
-    "cores": "interp.cores",
-    "steering": "interp.steering",
-}
+# `interp repro NAME`: the studies in interp.studies (imported only when a repro runs)
+REPROS = ("cores", "heuristic-core", "illusions", "steering")
 
 
 def _repro(args: argparse.Namespace) -> int:
-    import importlib
+    from interp.studies import STUDIES
 
-    module = importlib.import_module(REPROS[args.name])
-    result = module.repro(progress=not args.json)
+    result = STUDIES[args.name].repro(progress=not args.json)
     if args.json:
         print(json.dumps(result))
     else:
@@ -162,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, KeyError, IndexError, FileNotFoundError) as err:
+    except (InterpError, FileNotFoundError) as err:  # bad input; anything else is a bug and shows its traceback
         print(f"interp {args.command}: error: {err}", file=sys.stderr)
         return 2
 

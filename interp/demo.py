@@ -14,6 +14,8 @@ from tqdm.auto import tqdm
 from interp.model import FAMILIES, ZOO_DIR, build_tiny, describe, load
 from interp.tasks import english, make
 
+__all__ = ["run_demo", "section_models", "section_patching", "section_zoo"]
+
 
 def _models(workdir: Path) -> dict[str, str]:
     """One model spec per family: the zoo's language models where shipped, else tiny random ones."""
@@ -73,36 +75,47 @@ def section_zoo(workdir: Path) -> list[Any]:
     ]
 
 
-SECTIONS: list[Callable[[Path], list[Any]]] = [section_zoo, section_models]
-# Each capability module may define `demo_section(workdir: Path) -> list` of report items
-# (results, Heading, str, DataFrame); the demo runs those that exist, in this order.
-PLUGINS = ("interp.patching", "interp.masking", "interp.simplify", "interp.cores", "interp.steering")
+def section_patching(workdir: Path) -> list[Any]:
+    """IOI head patching in two zoo families side by side, and an SVA residual position sweep."""
+    from dataclasses import replace
+
+    from interp.patching import activation_patch
+    from interp.results import Grid, Heading, stack
+
+    if not all((ZOO_DIR / f"lm-{f}" / "config.json").exists() for f in ("gpt2", "llama")):
+        return []
+    ioi = make("ioi", split="train", n=16, seed=0)
+    grids = [activation_patch(load(f"zoo:lm-{f}"), ioi, site="z", progress=False) for f in ("gpt2", "llama")]
+    side_by_side = stack(grids, "model", ["lm-gpt2", "lm-llama"])
+    sva = make("sva", split="sva_attractor_mismatch", n=256, seed=0)
+    pp = [i for i, kind in enumerate(sva.meta["kind"]) if kind == "pp"]
+    lengths = [int(sva.answer_pos[i]) for i in pp]
+    length = max(set(lengths), key=lengths.count)
+    rows = [i for i in pp if int(sva.answer_pos[i]) == length][:16]
+    subset = sva[rows]
+    subset = replace(subset, clean=subset.clean[:, : length + 1], corrupt=subset.corrupt[:, : length + 1])
+    resid = activation_patch(load("zoo:lm-gpt2"), subset, site="resid_pre", by_pos=True, progress=False)
+    words = subset.text[0].split()
+    resid = Grid(resid.values, resid.axes, {"pos": ("BOS", *words)[: length + 1]},
+                 {**resid.meta, "title": f"SVA residual patching by position, e.g. '{subset.text[0]}'"})
+    return [
+        Heading("Activation patching"),
+        "IOI (training names; the models also solve held-out names, with a smaller logit difference: see the zoo "
+        "table), clean prompts patched into ABC-corrupted ones, one head's output (hook_z) at a time: "
+        "the logit difference IO - S of each patched run. Two families side by side.",
+        Grid(side_by_side.values, side_by_side.axes, side_by_side.labels,
+             {**side_by_side.meta, "title": "IOI: patch each head's output (logit diff)"}),
+        "Subject-verb agreement with a mismatched prepositional-phrase attractor: the residual stream patched "
+        "from the clean prompt into the one with the subject's number flipped, per layer and position.",
+        resid,
+    ]
 
 
-def _plugin_sections() -> list[Callable[[Path], list[Any]]]:
-    import importlib
+def _sections() -> list[Callable[[Path], list[Any]]]:
+    """The demo's sections in order: the zoo, one model per family, patching, then each study's."""
+    from interp.studies import STUDIES
 
-    found = []
-    for name in PLUGINS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name != name:
-                raise
-            continue
-        if hasattr(module, "demo_section"):
-            found.append(module.demo_section)
-    return found
-
-
-def _circuitsvis_views(item: Any) -> list[Any]:
-    """Attention results also get an interactive circuitsvis view next to their heatmap."""
-    from interp import plot
-    from interp.simplify import AttentionComparison
-
-    if isinstance(item, AttentionComparison):
-        return [plot.attention(item.patterns, list(item.tokens), head_names=list(item.names))]
-    return []
+    return [section_zoo, section_models, section_patching, *(study.demo_section for study in STUDIES.values())]
 
 
 def run_demo(out: Path) -> Path:
@@ -112,8 +125,6 @@ def run_demo(out: Path) -> Path:
     items: list[Any] = [
         "interp demo: every figure below was computed just now, offline, on the models listed.",
     ]
-    for section in SECTIONS + _plugin_sections():
-        for item in section(out):
-            items.append(item)
-            items.extend(_circuitsvis_views(item))
+    for section in _sections():
+        items.extend(section(out))
     return report.write(items, out / "report.html", title="interp demo")

@@ -14,7 +14,10 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp.errors import InterpError
 from interp.tensors import PerExample
+
+__all__ = ["Metric", "accuracy", "answer_logits", "binary_accuracy", "for_task", "kl", "logit_diff", "normalized", "prob", "token_ids"]
 
 Metric = Callable[[Tensor], Tensor]
 
@@ -23,9 +26,9 @@ def answer_logits(
     logits: Float[Tensor, "batch pos d_vocab"], answer_pos: Int[Tensor, " batch"]
 ) -> Float[Tensor, "batch d_vocab"]:
     if logits.ndim != 3:
-        raise ValueError(f"logits must be [batch, pos, d_vocab], got shape {tuple(logits.shape)}")
+        raise InterpError(f"logits must be [batch, pos, d_vocab], got shape {tuple(logits.shape)}")
     if answer_pos.shape != (logits.shape[0],):
-        raise ValueError(f"answer_pos has shape {tuple(answer_pos.shape)}, expected ({logits.shape[0]},) for logits {tuple(logits.shape)}")
+        raise InterpError(f"answer_pos has shape {tuple(answer_pos.shape)}, expected ({logits.shape[0]},) for logits {tuple(logits.shape)}")
     rows = torch.arange(logits.shape[0], device=logits.device)
     return logits[rows, answer_pos.to(logits.device)]
 
@@ -69,7 +72,7 @@ def normalized(value: Tensor | float, corrupt_value: float, clean_value: float) 
     """Rescale a metric so corrupt = 0 and clean = 1."""
     span = clean_value - corrupt_value
     if abs(span) < 1e-12:
-        raise ValueError(f"clean ({clean_value}) and corrupt ({corrupt_value}) metrics are equal; cannot normalise")
+        raise InterpError(f"clean ({clean_value}) and corrupt ({corrupt_value}) metrics are equal; cannot normalise")
     return (torch.as_tensor(value) - corrupt_value) / span
 
 
@@ -87,7 +90,7 @@ def for_task(task, name: str | None = None) -> Metric:
         "binary_accuracy": lambda lg: binary_accuracy(lg, c, i, p),
     }
     if name not in per_example:
-        raise ValueError(f"metric {name!r} is not one of {sorted(per_example)}")
+        raise InterpError(f"metric {name!r} is not one of {sorted(per_example)}")
     fn = per_example[name]
     return lambda logits: fn(logits).mean()
 
@@ -103,6 +106,6 @@ def token_ids(model, words: list[str] | tuple[str, ...]) -> Tensor:
         toks = model.to_tokens(word, prepend_bos=False)[0].tolist()
         if len(toks) != 1:
             pieces = model.to_str_tokens(word, prepend_bos=False)
-            raise ValueError(f"answer {word!r} is not a single token: it splits into {len(toks)} tokens {pieces}")
+            raise InterpError(f"answer {word!r} is not a single token: it splits into {len(toks)} tokens {pieces}")
         ids.append(toks[0])
     return torch.tensor(ids)

@@ -24,6 +24,9 @@ from urllib.parse import urlparse
 import torch
 
 from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
+from interp.errors import InterpError
+
+__all__ = ["FAMILIES", "DECODER_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "resolve", "resume", "save_model_dir", "skipped_blocks"]
 
 FAMILIES = ("gpt2", "llama", "gemma2", "qwen2", "bert")
 DECODER_FAMILIES = FAMILIES[:4]
@@ -69,14 +72,14 @@ def hf_config(
     import transformers as hf
 
     if family not in FAMILIES:
-        raise ValueError(f"family {family!r} is not one of {FAMILIES}")
+        raise InterpError(f"family {family!r} is not one of {FAMILIES}")
     if d_model % n_heads:
-        raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
+        raise InterpError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
     n_kv = n_heads if n_kv_heads is None else n_kv_heads
     if n_heads % n_kv:
-        raise ValueError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
+        raise InterpError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
     if family in ("gpt2", "bert") and n_kv != n_heads:
-        raise ValueError(f"{family} has no grouped-query attention: n_kv_heads must equal n_heads")
+        raise InterpError(f"{family} has no grouped-query attention: n_kv_heads must equal n_heads")
     d_mlp = 4 * d_model if d_mlp is None else d_mlp
     ids = dict(bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
     if family == "gpt2":
@@ -166,8 +169,9 @@ def build_tiny(
     if family in ("llama", "qwen2", "gemma2"):
         sizes.setdefault("n_kv_heads", max(1, sizes.get("n_heads", 4) // 2))
     config = hf_config(family, vocab_size=len(tokenizer), **sizes)
-    torch.manual_seed(seed)
-    model = hf_model_class(family)(config)
+    with torch.random.fork_rng(devices=[]):  # the caller's global RNG state is left as it was
+        torch.manual_seed(seed)
+        model = hf_model_class(family)(config)
     return save_model_dir(model, tokenizer, directory)
 
 
@@ -226,12 +230,12 @@ def _check_local_dir(path: Path) -> None:
     try:
         json.loads(config.read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"{config} is not valid JSON ({err})") from None
+        raise InterpError(f"{config} is not valid JSON ({err})") from None
     weights = list(path.glob("*.safetensors"))
     if not weights:
         pickled = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
         if pickled:
-            raise ValueError(
+            raise InterpError(
                 f"{path} holds only pickle checkpoints {pickled}; interp loads weights from "
                 "safetensors only, since unpickling can run arbitrary code. Convert them with "
                 "transformers' save_pretrained(..., safe_serialization=True) in a trusted environment."
@@ -280,7 +284,7 @@ def load(
     except ModelNotFoundError:
         raise
     except Exception as err:
-        raise ValueError(f"could not load {spec!s} ({target}): {type(err).__name__}: {err}") from err
+        raise InterpError(f"could not load {spec!s} ({target}): {type(err).__name__}: {err}") from err
     if local is not None and "tokenizer" in kwargs:
         # Zoo models are trained on BOS-prefixed rows in every family; keep to_tokens consistent.
         bridge.cfg.default_prepend_bos = True
@@ -410,11 +414,11 @@ def resume(
     """
     n_pos = tokens.shape[1]
     if not 0 <= start < n_pos:
-        raise ValueError(f"start={start} must lie in [0, {n_pos}) for {n_pos} positions")
+        raise InterpError(f"start={start} must lie in [0, {n_pos}) for {n_pos} positions")
     if layer and residual is None:
-        raise ValueError(f"layer={layer} needs the residual entering that block")
+        raise InterpError(f"layer={layer} needs the residual entering that block")
     if start and keys_values is None:
-        raise ValueError(f"start={start} needs the keys and values of positions 0..{start - 1}")
+        raise InterpError(f"start={start} needs the keys and values of positions 0..{start - 1}")
     kwargs: dict[str, Any] = {}
     if start:
         kwargs = kv_cache_kwargs(model, prefilled_kv_cache(model, keys_values))

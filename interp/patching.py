@@ -23,10 +23,13 @@ from interp.hooks import check_head, n_kv_heads
 from interp.interventions import Patch
 from interp.metrics import Metric, for_task
 from interp.results import Grid
-from interp.sites import SITES, spec_of
+from interp.sites import spec_of
 from interp.tasks.base import Task
 
-__all__ = ["Cell", "activation_patch", "attribution_patch", "cells", "path_patch"]
+__all__ = ["SITES", "Cell", "activation_patch", "attribution_patch", "cells", "path_patch"]
+
+# the sites a patching sweep runs over (short names of interp.sites)
+SITES: tuple[str, ...] = ("resid_pre", "resid_mid", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern")
 
 # A cell: (layer, pos or None for all positions, head or None for the whole activation).
 Cell = tuple[int, "int | None", "int | None"]
@@ -94,9 +97,8 @@ def _labels(model, axes: tuple[str, ...], tokens: Tensor, shape: tuple[int, ...]
 
 
 def _check_site(site: str) -> None:
-    if site not in SITES or site in ("resid_post", "attn_scores"):
-        valid = [s for s in SITES if s not in ("resid_post", "attn_scores")]
-        raise InterpError(f"unknown site {site!r} for a patching sweep; valid sites: {', '.join(valid)}")
+    if site not in SITES:
+        raise InterpError(f"unknown site {site!r} for a patching sweep; valid sites: {', '.join(SITES)}")
 
 
 def activation_patch(

@@ -15,6 +15,8 @@ from typing import Any, Iterable
 from interp import plot
 from interp.results import Heading, write_text_atomic
 
+__all__ = ["Heading", "to_html", "write"]
+
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }

@@ -20,7 +20,7 @@ from typing import Literal, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["SITES", "SiteSpec", "check_hook_names", "hook_name", "kind_of", "layer_of", "position_axis"]
+__all__ = ["SITES", "SiteSpec", "check_hook_names", "hook_name", "kind_of", "layer_of", "position_axis", "spec_of"]
 
 Kind = Literal["resid", "head", "pattern", "other"]
 

@@ -33,12 +33,15 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from interp.errors import InterpError
 from interp.results import Grid, write_text_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+__all__ = ["ConfigError", "KINDS", "job_id", "load_config", "run"]
 
 KINDS = ("activation", "attribution", "path")
 _COMMON = {"name": str, "kind": str, "model": str, "models": list, "task": str, "split": str, "n": int, "seed": int, "metric": str}
@@ -49,7 +52,7 @@ _KEYS = {
 }
 
 
-class ConfigError(ValueError):
+class ConfigError(InterpError):
     """A malformed sweep config; raised before any model loads."""
 
 
@@ -144,15 +147,15 @@ def _run_job(exp: dict[str, Any], model) -> Grid:
     metric = for_task(task, exp.get("metric", "logit_diff"))
     if exp["kind"] == "activation":
         return patching.activation_patch(
-            model, task, metric, site=exp["site"], by_pos=exp.get("by_pos", False),
+            model, task, metric=metric, site=exp["site"], by_pos=exp.get("by_pos", False),
             direction=exp.get("direction", "denoise"), progress=False,
         )
     if exp["kind"] == "attribution":
-        return patching.attribution_patch(model, task, metric, site=exp["site"], by_pos=exp.get("by_pos", False))
+        return patching.attribution_patch(model, task, metric=metric, site=exp["site"], by_pos=exp.get("by_pos", False))
     senders = [tuple(s) for s in exp["senders"]] if "senders" in exp else None
     receivers = exp.get("receivers", "logits")
     receivers = receivers if receivers == "logits" else [tuple(r) for r in receivers]
-    return patching.path_patch(model, task, metric, senders=senders, receivers=receivers, progress=False)
+    return patching.path_patch(model, task, metric=metric, senders=senders, receivers=receivers, progress=False)
 
 
 def run(config: str | Path, out: str | Path, *, progress: bool = True) -> dict[str, Any]:

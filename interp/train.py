@@ -22,6 +22,9 @@ from tqdm.auto import tqdm
 
 from interp.model import ZOO_DIR, hf_config, hf_model_class, save_model_dir
 from interp.tasks import PAD_ID, dyck, english, markov, modular, pad_rows
+from interp.errors import InterpError
+
+__all__ = ["RECIPES", "NameCodes", "Recipe", "evaluate", "grokking_steps", "train", "training_rows", "write_card"]
 
 IGNORE = -100
 
@@ -223,11 +226,11 @@ class NameCodes:
     def __init__(self, model, ids: list[int], dims: int, scale: float, seed: int):
         d = model.get_input_embeddings().weight.shape[1]
         if not 0 < dims <= d:
-            raise ValueError(f"name_codes={dims} must be in 1..{d} (d_model)")
+            raise InterpError(f"name_codes={dims} must be in 1..{d} (d_model)")
         if not scale > 0:
-            raise ValueError(f"name_scale={scale} must be > 0")
+            raise InterpError(f"name_scale={scale} must be > 0")
         if len(set(ids)) != len(ids):
-            raise ValueError("NameCodes: a name id is listed twice")
+            raise InterpError("NameCodes: a name id is listed twice")
         gen = torch.Generator().manual_seed(seed)
         basis = torch.linalg.qr(torch.randn(d, dims, generator=gen)).Q  # [d, dims], orthonormal
         coef = torch.randn(len(ids), dims, generator=gen)
@@ -258,7 +261,7 @@ def _name_codes(model, recipe: Recipe) -> NameCodes | None:
     if not recipe.name_codes:
         return None
     if recipe.task != "english":
-        raise ValueError(f"name_codes is for the english task (its names); recipe {recipe.name!r} trains {recipe.task!r}")
+        raise InterpError(f"name_codes is for the english task (its names); recipe {recipe.name!r} trains {recipe.task!r}")
     ids = english.encode([" ".join(english.TRAIN_NAMES + english.TEST_NAMES)])[0][1:-1]
     # Each recipe draws its own codes: models of different families sharing one code set would
     # share a name subspace by construction, and cross-model alignments would find it for free.
@@ -347,7 +350,7 @@ def train(
         model.load_state_dict(load_file(str(Path(phase1_from) / "model.safetensors")), strict=False)
         model.tie_weights()
         if codes is not None and codes.violation() > 1e-4:
-            raise ValueError(f"phase1_from={str(phase1_from)!r}: its name rows do not carry this recipe's name codes "
+            raise InterpError(f"phase1_from={str(phase1_from)!r}: its name rows do not carry this recipe's name codes "
                              f"(name_codes={recipe.name_codes}); it was trained by another recipe")
         previous_seconds = float(json.loads((Path(phase1_from) / "card.json").read_text())["training"]["seconds"])
     if recipe.finetune_steps:

@@ -11,6 +11,8 @@ from typing import Any
 
 from interp.model import ZOO_DIR
 
+__all__ = ["card", "entries", "table"]
+
 
 def card(name: str) -> dict[str, Any]:
     path = ZOO_DIR / name / "card.json"

@@ -8,8 +8,11 @@ import pytest
 import torch
 
 import interp
-from interp import cores
+from interp import cores, results, run
 from interp.cores import linalg
+from interp.errors import InterpError
+from interp.interventions import Project
+from interp.metrics import binary_accuracy, logit_diff
 from interp.tasks.base import BOS_ID, Task
 
 D, K = 32, 3
@@ -111,23 +114,34 @@ def test_fourier_power_finds_the_planted_frequency():
 
 
 def test_results_save_and_load(tmp_path):
+    """Core, Operator and Alignment round-trip through the one save/load (interp.results)."""
     core = cores.Core(_orthonormal(8, 2, 0), torch.randn(8), torch.rand(8), "blocks.0.hook_resid_post", "ace", {"n": 3})
-    again = cores.Core.load(core.save(tmp_path / "core.safetensors"))
-    assert torch.equal(again.basis, core.basis) and again.site == core.site and again.provenance == {"n": 3}
-    op = cores.operator_from(torch.randn(50, 2), torch.randn(50, 2), source="a", target="b")
-    op2 = cores.Operator.load(op.save(tmp_path / "op.safetensors"))
-    assert torch.equal(op2.eigenvalues, op.eigenvalues) and op2.r2 == op.r2
+    again = results.load(results.save(core, tmp_path / "core.safetensors"))
+    assert isinstance(again, cores.Core)
+    assert torch.equal(again.basis, core.basis) and torch.equal(again.mean, core.mean) and torch.equal(again.spectrum, core.spectrum)
+    assert again.site == core.site and again.method == "ace" and again.meta == {"n": 3}
+    op = cores.operator_from(torch.randn(50, 2), torch.randn(50, 2), source="a", target="b", meta={"reference": [[0.5, 0.1]]})
+    op2 = results.load(results.save(op, tmp_path / "op.safetensors"))
+    assert isinstance(op2, cores.Operator)
+    assert torch.equal(op2.eigenvalues, op.eigenvalues) and torch.equal(op2.matrix, op.matrix) and op2.r2 == op.r2
+    assert op2.meta == op.meta and (op2.source, op2.target) == ("a", "b")
+    unscored = cores.Operator(torch.eye(2), torch.zeros(2), torch.ones(2), torch.zeros(2), float("nan"), "a", "b")
+    assert math.isnan(results.load(results.save(unscored, tmp_path / "nan.safetensors")).r2)
     al = cores.Alignment(torch.eye(2), torch.zeros(2), "cca", 0.5, 0.4, torch.ones(2), torch.zeros(0), torch.eye(2), torch.eye(2), {"x": 1})
-    al2 = cores.Alignment.load(al.save(tmp_path / "al.safetensors"))
-    assert al2.angles.shape == (0,) and al2.meta == {"x": 1} and al2.r2_heldout == 0.4
+    al2 = results.load(results.save(al, tmp_path / "al.safetensors"))
+    assert isinstance(al2, cores.Alignment)
+    assert al2.angles.shape == (0,) and al2.meta == {"x": 1} and al2.r2_heldout == 0.4 and al2.method == "cca"
+    assert torch.equal(al2.map, al.map) and torch.equal(al2.basis_b, al.basis_b)
+    # the thin methods delegate to the same format, and check the type
+    assert torch.equal(cores.Core.load(core.save(tmp_path / "c2.safetensors")).basis, core.basis)
     axis = core.truncated(1)
-    assert axis.k == 1 and axis.provenance["truncated_from_k"] == 2 and torch.equal(axis.basis[:, 0], core.basis[:, 0])
-    with pytest.raises(ValueError, match="not an interp Core"):
+    assert axis.k == 1 and axis.meta["truncated_from_k"] == 2 and torch.equal(axis.basis[:, 0], core.basis[:, 0])
+    with pytest.raises(InterpError, match="not a Core"):
         cores.Core.load(tmp_path / "op.safetensors")
 
 
 def test_core_rejects_non_orthonormal_basis():
-    with pytest.raises(ValueError, match="orthonormal"):
+    with pytest.raises(InterpError, match="orthonormal"):
         cores.Core(torch.ones(4, 2), torch.zeros(4), torch.zeros(4), "x", "ace")
 
 
@@ -188,13 +202,13 @@ def test_planted_model_core_has_the_planted_span(planted):
     core = cores.extract(model, task, site=PLANT_SITE)
     assert core.k == 2
     assert float(linalg.principal_angles(core.basis, basis).max()) < 0.02
-    assert core.provenance["k_rule"] == "largest spectral gap"
+    assert core.meta["k_rule"] == "largest spectral gap"
 
 
 def test_planted_core_removal_drops_to_chance_but_random_does_not(planted):
     model, task, basis = planted
     core = cores.extract(model, task, site=PLANT_SITE)
-    grid = cores.validate(model, core, task, n_random=4)
+    grid = cores.validate(model, core, task, n_random=4, progress=False)
     acc = grid.values[:, :, 1]  # [method, quantity] binary accuracy
     full, only, removed, flipped = (cores.INTERVENTIONS.index(m) for m in ("full", "core_only", "core_removed", "core_flipped"))
     assert acc[full, 0] == 1.0
@@ -223,7 +237,7 @@ def test_baseline_methods(planted):
     pc = cores.extract(model, task, site=PLANT_SITE, method="pca", k=2)
     assert pc.k == 2 and torch.allclose(pc.basis.T @ pc.basis, torch.eye(2), atol=1e-4)
     das = cores.extract(model, task[:64], site=PLANT_SITE, method="das", k=2, das_epochs=2)
-    assert das.k == 2 and len(das.provenance["das_losses"]) == 2
+    assert das.k == 2 and len(das.meta["das_losses"]) == 2
     with pytest.raises(ValueError, match="pass k"):
         cores.extract(model, task, site=PLANT_SITE, method="das")
 
@@ -284,8 +298,69 @@ def test_k_larger_than_d_model_is_an_error(planted):
 
 def test_unknown_site_names_nearest(planted):
     model, task, _ = planted
-    with pytest.raises(KeyError, match="nearest valid names"):
+    with pytest.raises(InterpError, match="nearest valid names"):
         cores.extract(model, task, site="blocks.0.hook_resid_pots")
+    with pytest.raises(InterpError, match="valid short names"):
+        cores.extract(model, task, site="resid_pots", layer=0)
+    with pytest.raises(InterpError, match="give its layer"):
+        cores.extract(model, task, site="resid_post")
+    with pytest.raises(InterpError, match="n_random"):
+        cores.validate(model, cores.extract(model, task, site=PLANT_SITE), task, n_random=0)
+
+
+def test_site_as_short_name_and_layer(planted):
+    model, task, _ = planted
+    short = cores.extract(model, task, site="resid_post", layer=0)
+    full = cores.extract(model, task, site="blocks.0.hook_resid_post")
+    assert short.site == full.site == "blocks.0.hook_resid_post"
+    assert torch.equal(short.basis, full.basis) and torch.equal(short.spectrum, full.spectrum)
+    assert torch.equal(cores.activations(model, task, "resid_post", layer=0), cores.activations(model, task, "blocks.0.hook_resid_post"))
+
+
+def _task_metrics(logits: torch.Tensor, task: Task) -> list[float]:
+    return [float(logit_diff(logits, task.correct, task.incorrect, task.answer_pos).mean()),
+            float(binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean())]
+
+
+def test_batched_validation_equals_one_forward_per_basis(planted):
+    """validate runs every (intervention, basis) variant side by side; here each one gets its own
+    forward under run.intervened, and the projection is checked against the formula by hand."""
+    from interp.hooks import hooks
+
+    model, task, _ = planted
+    core = cores.extract(model, task, site=PLANT_SITE)
+    n_random, seed = 3, 5
+    grid = cores.validate(model, core, task, n_random=n_random, seed=seed, variants_per_forward=4, progress=False)
+
+    def one(variant) -> list[float]:
+        with torch.no_grad(), run.intervened(model, variant):
+            return _task_metrics(model(task.clean), task)
+
+    full = torch.tensor(one([]))
+    assert torch.allclose(grid.values[0, :2], full, atol=1e-5)
+    assert torch.all(grid.values[0, 2] == 0)
+    bases = [linalg.random_basis(core.d_model, core.k, seed + i) for i in range(n_random)]
+    rows = torch.arange(len(task))
+    for i, mode in enumerate(cores.INTERVENTIONS[1:], start=1):
+        def at(b):
+            return [Project(core.site, b, core.mean, mode, positions=task.answer_pos)]
+
+        own = torch.tensor(one(at(core.basis)))
+        rand = torch.tensor([one(at(b)) for b in bases])  # [n_random, metric]
+        assert torch.allclose(grid.values[i, 0], own, atol=1e-5), mode
+        assert torch.allclose(grid.values[i, 1], rand.mean(0), atol=1e-5), mode
+        assert torch.allclose(grid.values[i, 2], rand.std(0), atol=1e-5), mode
+
+        def by_hand(act, *, hook, mode=mode):  # mu + P(h - mu) / h - P(h - mu) / h - 2 P(h - mu) at the answer positions
+            h = act[rows, task.answer_pos]
+            inside = (h - core.mean) @ core.basis @ core.basis.T
+            new = {"core_only": core.mean + inside, "core_removed": h - inside, "core_flipped": h - 2 * inside}[mode]
+            out = act.clone()
+            out[rows, task.answer_pos] = new
+            return out
+
+        with torch.no_grad(), hooks(model, [(core.site, by_hand)]):
+            assert torch.allclose(own, torch.tensor(_task_metrics(model(task.clean), task)), atol=1e-5), mode
 
 
 def test_prompts_of_different_token_lengths_across_models(planted, tmp_path):
@@ -320,12 +395,19 @@ def _prompts(n: int) -> list[str]:
     return [" ".join(words[int(i)] for i in torch.randint(len(words), (6,), generator=g)) for _ in range(n)]
 
 
-def test_results_render(planted):
+def test_results_render(planted, tmp_path):
     from interp import plot
 
     model, task, _ = planted
     core = cores.extract(model, task, site=PLANT_SITE)
-    grid = cores.validate(model, core, task, n_random=2)
-    assert len(plot.render(cores.ValidationBars(grid)).data) == 2
+    grid = cores.validate(model, core, task, n_random=2, progress=False)
+    bars = cores.ValidationBars(grid)
+    fig = plot.render(bars)
+    assert len(fig.data) == 2  # the core beside the random control
+    assert list(fig.data[0].y) == pytest.approx(grid.values[:, 0, 1].tolist())
+    assert list(fig.data[1].error_y.array) == pytest.approx(grid.values[:, 2, 1].tolist())
+    again = results.load(results.save(bars, tmp_path / "bars.safetensors"))
+    assert torch.equal(again.grid.values, grid.values) and again.metric == "binary_accuracy"
+    assert len(plot.render(core).data) == 1
     op = cores.operator_from(torch.randn(40, 2), torch.randn(40, 2), source="s", target="s", meta={"reference": [[0.5, 0.1]]})
     assert len(plot.render(op).data) == 3  # unit circle, reference, operator

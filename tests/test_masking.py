@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import interp
-from interp import masking
+from interp import masking, results, run
+from interp.errors import InterpError
 from interp.masking import HeadMask
 from interp.model import hf_config, hf_model_class, save_model_dir
 from interp.tasks.base import BOS_ID, Task, word_tokenizer
@@ -72,11 +73,16 @@ def test_all_zeros_mask_is_mean_ablation(gpt2, task):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+def zero_head(h):
+    """A plain TransformerLens hook zeroing head `h` of a [batch, pos, head, d_head] activation."""
+    return lambda act, hook: torch.cat([act[:, :, :h], torch.zeros_like(act[:, :, h : h + 1]), act[:, :, h + 1 :]], 2)
+
+
 def test_zero_mask_on_one_head_matches_hooks_ablate(gpt2, task):
     mask = HeadMask.full(gpt2, mlps=False).heads.clone()
     mask[1, 2] = 0.0
     with torch.no_grad():
-        expected = gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.1.attn.hook_z", interp.hooks.ablate_heads(2))])
+        expected = gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.1.attn.hook_z", zero_head(2))])
         with masking.apply(gpt2, HeadMask(mask), ablation="zero"):
             got = gpt2(task.clean)
     torch.testing.assert_close(got, expected)
@@ -85,7 +91,11 @@ def test_zero_mask_on_one_head_matches_hooks_ablate(gpt2, task):
 def test_fractional_mask_interpolates(gpt2, task):
     act, ref = torch.randn(2, 3, 4, 5), torch.randn(3, 4, 5)
     m = torch.tensor([0.0, 0.25, 1.0, 0.5])
-    out = masking.mask_activation(act, m, ref)
+    mask = HeadMask(torch.stack([torch.ones(4), m]))
+    refs = {s: interp.interventions.Reference("mean", ref, ref.mean(0)) for s in masking.sites(mask)}
+    ivs = masking.interventions(mask, refs)
+    assert [iv.sites for iv in ivs] == [("blocks.1.attn.hook_z",)]  # the all-ones layer 0 is left alone
+    out = ivs[0](act, site="blocks.1.attn.hook_z")
     torch.testing.assert_close(out, (act - ref) * m[:, None] + ref)
     assert torch.equal(out[:, :, 2], act[:, :, 2])
 
@@ -104,10 +114,46 @@ def test_ablation_scan_matches_plain_hooks(gpt2, task):
     assert grid.axes == ("layer", "unit") and grid.shape == (2, 5)
     metric = interp.metrics.for_task(task)
     with torch.no_grad():
-        want = float(metric(gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.1.attn.hook_z", interp.hooks.ablate_heads(3))])))
+        want = float(metric(gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.1.attn.hook_z", zero_head(3))])))
         mlp = float(metric(gpt2.run_with_hooks(task.clean, fwd_hooks=[("blocks.0.hook_mlp_out", lambda a, hook: torch.zeros_like(a))])))
     assert grid.values[1, 3].item() == pytest.approx(want, abs=1e-5)
     assert grid.values[0, 4].item() == pytest.approx(mlp, abs=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("ablation", ["mean", "resample"])
+def test_batched_ablation_scan_equals_one_at_a_time(tiny_models, family, ablation):
+    """Every single-unit ablation batched through run.evaluate equals its own run under run.intervened."""
+    model = tiny_models[family]
+    task = random_task(model, n=8)
+    grid = masking.ablation_scan(model, task, ablation=ablation, variants_per_forward=3, progress=False)
+    ref = task.clean if ablation == "mean" else task.corrupt
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    full = HeadMask.full(model)
+    refs = run.reference(model, masking.sites(full), ablation, ref)
+    metric = interp.metrics.for_task(task)
+    assert grid.meta["baseline"] == pytest.approx(float(metric(run.logits(model, task.clean))), abs=1e-5)
+    for layer in range(L):
+        for unit in range(H + 1):
+            heads, mlps = full.heads.clone(), full.mlps.clone()
+            if unit < H:
+                heads[layer, unit] = 0.0
+            else:
+                mlps[layer] = 0.0
+            with torch.no_grad(), run.intervened(model, masking.interventions(HeadMask(heads, mlps), refs)):
+                want = float(metric(model(task.clean)))
+            assert grid.values[layer, unit].item() == pytest.approx(want, abs=1e-4), (layer, unit)
+
+
+def test_masks_leave_the_model_unchanged(gpt2, task):
+    before = {k: v.clone() for k, v in gpt2.state_dict().items()}
+    grads = {n: p.requires_grad for n, p in gpt2.named_parameters()}
+    masking.learn_mask(gpt2, task, sparsity=0.5, steps=2, batch_size=8, progress=False)
+    masking.ablation_scan(gpt2, task, progress=False)
+    after = gpt2.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert grads == {n: p.requires_grad for n, p in gpt2.named_parameters()}
+    assert not any(h.fwd_hooks for h in gpt2.hook_dict.values() if hasattr(h, "fwd_hooks"))
 
 
 # ---------------------------------------------------------------------------- the mask as data
@@ -115,17 +161,23 @@ def test_ablation_scan_matches_plain_hooks(gpt2, task):
 
 def test_headmask_save_load_and_grid(tmp_path, gpt2):
     mask = HeadMask.keeping(gpt2, [(0, 1), (1, 3)], mlps=[1])
-    mask = replace(mask, meta={"seed": 3, "sparsity": 0.7})
-    back = HeadMask.load(mask.save(tmp_path / "m.safetensors"))
-    assert torch.equal(back.heads, mask.heads) and torch.equal(back.mlps, mask.mlps) and back.meta == mask.meta
-    assert back.kept_heads() == [(0, 1), (1, 3)] and back.kept_mlps() == [1]
+    mask = replace(mask, meta={"seed": 3, "sparsity": 0.7, "log_alpha": [1.5, -2.0], "history": [{"step": 0, "kl": 0.1}]})
+    for back in (HeadMask.load(mask.save(tmp_path / "m.safetensors")), results.load(results.save(mask, tmp_path / "r.safetensors"))):
+        assert isinstance(back, HeadMask)
+        assert torch.equal(back.heads, mask.heads) and torch.equal(back.mlps, mask.mlps) and back.meta == mask.meta
+        assert back.kept_heads() == [(0, 1), (1, 3)] and back.kept_mlps() == [1]
+    no_mlps = HeadMask.keeping(gpt2, [(0, 0)])
+    assert results.load(results.save(no_mlps, tmp_path / "n.safetensors")).mlps is None
     grid = mask.to_grid()
     assert grid.axes == ("layer", "unit") and grid.labels[1][-1] == "mlp" and grid.shape == (2, 5)
+    assert grid.meta["chart"] == "heatmap"
     assert mask.sparsity == pytest.approx(7 / 10)
+    with pytest.raises(InterpError, match="not a HeadMask"):
+        HeadMask.load(results.save(grid, tmp_path / "g.safetensors"))
 
 
 def test_headmask_rejects_bad_values():
-    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+    with pytest.raises(InterpError, match=r"\[0, 1\]"):
         HeadMask(torch.full((2, 4), 1.5))
     with pytest.raises(Exception, match="mlps"):  # jaxtyping catches it first under the test checker
         HeadMask(torch.ones(2, 4), torch.ones(3))
@@ -141,7 +193,7 @@ def test_core_and_overlap(gpt2):
     grid = masking.overlap([a, b])
     assert grid.axes == ("model", "other")
     assert grid.values[0, 0] == 1.0 and grid.values[0, 1].item() == pytest.approx(2 / 5)
-    with pytest.raises(ValueError, match="at least one"):
+    with pytest.raises(InterpError, match="at least one"):
         masking.heuristic_core([])
 
 
@@ -203,9 +255,28 @@ def test_subnetworks_evaluate_and_study(gpt2, task):
     with torch.no_grad():
         full = float(interp.metrics.for_task(task)(gpt2(task.clean)))
     assert grid.values[0, 0, 1].item() == pytest.approx(full, abs=1e-5)
+    for i, m in enumerate([None, *masks]):  # each batched variant equals its own run
+        ivs = [] if m is None else masking.interventions(m, run.reference(gpt2, masking.sites(m), "mean", task.clean))
+        logits = run.logits(gpt2, task.clean, ivs)
+        acc = float(interp.metrics.binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean())
+        assert grid.values[i, 0, 0].item() == pytest.approx(acc, abs=1e-6)
+        assert grid.values[i, 0, 1].item() == pytest.approx(float(interp.metrics.for_task(task)(logits)), abs=1e-4)
     result = masking.study(gpt2, task, [task], sparsities=(0.5,), seeds=[0, 1], steps=5, batch_size=8)
     js = result.to_json()
     assert set(js) >= {"full", "subnetworks", "core"} and len(js["subnetworks"]) == 2
+
+
+def test_study_round_trip_and_scatter(tmp_path, gpt2, task):
+    other = random_task(gpt2, seed=5)
+    result = masking.study(gpt2, task, {"id": task, "ood": other}, sparsities=(0.5,), seeds=[0, 1], steps=3,
+                           batch_size=8, progress=False)
+    back = results.load(results.save(result, tmp_path / "study.safetensors"))
+    assert isinstance(back, masking.Study) and back.to_json() == result.to_json()
+    grid = result.to_grid()
+    assert grid.meta["chart"] == "scatter" and grid.meta["highlight"] == ["full"]
+    assert grid.axes == ("model", "metric") and grid.shape == (3, 3) and grid.labels[1][2] == "sparsity"
+    assert grid.values[:, 0].tolist() == pytest.approx(result.accuracy("id"))
+    assert grid.values[:, 1].tolist() == pytest.approx(result.accuracy("ood"))
 
 
 def test_effective_size(gpt2, task):
@@ -213,13 +284,19 @@ def test_effective_size(gpt2, task):
     assert eff.curve.axes == ("k", "split") and eff.curve.labels[0][-1] == 10  # the full model
     assert eff.fraction == pytest.approx(min(eff.curve.labels[0]) / 10)  # tolerance 1.0 accepts any accuracy
     assert masking.smallest_within([10, 5, 2], torch.tensor([[0.9], [0.89], [0.5]]), torch.tensor([0.9]), 0.02) == 5
+    assert eff.to_grid().meta["chart"] == "lines" and eff.meta["n_units"] == 10
 
 
-def test_renders(gpt2):
+def test_renders(gpt2, task):
     from interp import plot
 
     mask = HeadMask.keeping(gpt2, [(0, 1)], mlps=[0])
     assert plot.render(mask).data
+    result = masking.study(gpt2, task, [task, random_task(gpt2, seed=5)], sparsities=(0.5,), seeds=[0], steps=2,
+                           batch_size=8, progress=False)
+    assert plot.render(result).data
+    eff = masking.effective_size(gpt2, task, [task], tolerance=1.0, sparsities=(0.5,), steps=2, batch_size=8, progress=False)
+    assert plot.render(eff).data
 
 
 # ---------------------------------------------------------------------------- clear errors
@@ -227,32 +304,36 @@ def test_renders(gpt2):
 
 @pytest.mark.parametrize("bad", [1.0, -0.1, 1.5])
 def test_bad_sparsity(gpt2, task, bad):
-    with pytest.raises(ValueError, match=r"sparsity=.*\[0, 1\)"):
+    with pytest.raises(InterpError, match=r"sparsity=.*\[0, 1\)"):
         masking.learn_mask(gpt2, task, sparsity=bad, steps=1)
 
 
 def test_forced_head_out_of_range(gpt2, task):
-    with pytest.raises(IndexError, match="head 7 is out of range in layer 0"):
+    with pytest.raises(InterpError, match="head 7 is out of range in layer 0"):
         masking.learn_mask(gpt2, task, sparsity=0.5, steps=1, force_on=[(0, 7)])
-    with pytest.raises(IndexError, match="layer 5 is out of range"):
+    with pytest.raises(InterpError, match="layer 5 is out of range"):
         masking.learn_mask(gpt2, task, sparsity=0.5, steps=1, force_off=[(5, 0)])
 
 
 def test_task_without_metric(gpt2, task):
     bad = replace(task, metric="")
-    with pytest.raises(ValueError, match="no usable metric"):
+    with pytest.raises(InterpError, match="no usable metric"):
         masking.learn_mask(gpt2, bad, sparsity=0.5, steps=1)
-    with pytest.raises(ValueError, match="no usable metric"):
+    with pytest.raises(InterpError, match="no usable metric"):
         masking.ablation_scan(gpt2, bad)
 
 
 def test_reference_errors(gpt2, task):
-    with pytest.raises(ValueError, match="needs reference token rows"):
+    with pytest.raises(InterpError, match="needs reference token rows"):
         with masking.apply(gpt2, HeadMask.full(gpt2, 0.0), ablation="mean"):
             pass
-    with pytest.raises(ValueError, match="resample reference has shape"):
+    with pytest.raises(InterpError, match="resample reference has shape"):
         with masking.apply(gpt2, HeadMask.full(gpt2, 0.0), ablation="resample", reference=task.clean[:4]):
             gpt2(task.clean)
-    with pytest.raises(ValueError, match=r"mask covers \[layer, head\]"):
+    with pytest.raises(Exception, match="mean_ablate"):  # jaxtyping catches it first under the test checker
+        masking.ablation_scan(gpt2, task, ablation="mean_ablate")
+    with pytest.raises(InterpError, match="no reference for blocks.0.attn.hook_z"):
+        masking.interventions(HeadMask.full(gpt2, 0.0), {})
+    with pytest.raises(InterpError, match=r"mask covers \[layer, head\]"):
         with masking.apply(gpt2, HeadMask(torch.ones(3, 4)), ablation="zero"):
             pass

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 import interp
-from interp.hooks import ablate_heads, head_hook_name, hooks
+from interp import run
+from interp.hooks import hooks
+from interp.interventions import Mask
 from interp.model import FAMILIES, ModelNotFoundError, resolve
 
 PROMPT = "when mary and john went to the store , john gave a drink to"
@@ -22,12 +24,9 @@ def test_load_cache_shapes_and_head_ablation(family, tiny_models):
     for layer in range(cfg.n_layers):
         assert cache[f"blocks.{layer}.attn.hook_z"].shape == (1, n_pos, cfg.n_heads, cfg.d_head)
         assert cache[f"blocks.{layer}.attn.hook_pattern"].shape == (1, cfg.n_heads, n_pos, n_pos)
-    with torch.no_grad():
-        base = model(tokens)
-        with hooks(model, [(head_hook_name(0, "z"), ablate_heads([]))]):
-            unchanged = model(tokens)
-        with hooks(model, [(head_hook_name(0, "z"), ablate_heads(1))]):
-            ablated = model(tokens)
+    base = run.logits(model, tokens)
+    unchanged = run.logits(model, tokens, [Mask.ablate("z", [], n_heads=cfg.n_heads, layer=0)])
+    ablated = run.logits(model, tokens, [Mask.ablate("z", [1], n_heads=cfg.n_heads, layer=0)])
     assert torch.equal(base, unchanged)
     assert (base - ablated).abs().max() > 1e-4
 

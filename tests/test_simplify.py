@@ -1,5 +1,6 @@
 """Attention simplifiers: invariants (full rank reproduces, k-means reproduces fitted vectors,
-one-hot keeps the argmax), hook hygiene, save/load, clear errors, result shapes."""
+one-hot keeps the argmax), simplifiers as interventions run by interp.run, save/load through
+interp.results, clear errors, result shapes and charts."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import pytest
 import torch
 
 import interp
+from interp import results, run
 from interp import simplify as S
-from interp.simplify.core import _site
+from interp.errors import InterpError
+from interp.simplify.core import qk_site
+from interp.studies import illusions
 from interp.tasks import dyck
 
 
@@ -31,7 +35,7 @@ def fit():
 
 @pytest.fixture(scope="module")
 def splits():
-    return {s: S.dyck_rows(16, split=s, seed=1) for s in S.DYCK_SPLITS}
+    return {s: S.dyck_rows(16, split=s, seed=1) for s in illusions.DYCK_SPLITS}
 
 
 def _value(grid, metric, quantity="value"):
@@ -62,8 +66,8 @@ def test_scores_are_formed_from_hooked_q_and_k(gpt2):
 
 
 def test_rotary_models_simplify_the_rotated_vectors(llama):
-    assert _site(llama, 0, "q") == "blocks.0.attn.hook_rot_q"
-    assert _site(llama, 0, "k") == "blocks.0.attn.hook_rot_k"
+    assert qk_site(llama, 0, "q") == "blocks.0.attn.hook_rot_q"
+    assert qk_site(llama, 0, "k") == "blocks.0.attn.hook_rot_k"
 
 
 # --- SVD --------------------------------------------------------------------------------------
@@ -74,7 +78,7 @@ def test_full_rank_svd_without_centering_reproduces_attention(dyck_model, fit, s
     s = S.svd(dyck_model, (1, 0), fit, rank=dyck_model.cfg.d_head, basis=basis, center=False)
     grid = S.faithfulness(dyck_model, s, splits, n_boot=50)
     assert grid.axes == ("split", "metric", "quantity")
-    assert grid.labels[0] == S.DYCK_SPLITS
+    assert grid.labels[0] == illusions.DYCK_SPLITS
     assert torch.all(_value(grid, "same_prediction") == 1.0)
     assert torch.all(_value(grid, "js") < 1e-6)
     torch.testing.assert_close(_value(grid, "accuracy_simplified"), _value(grid, "accuracy_original"))
@@ -88,6 +92,7 @@ def test_full_rank_svd_on_gqa_heads_reproduces_attention(llama):
     heads = [(0, 0), (0, 1), (1, 3)]  # heads 0 and 1 share kv head 0 in this GQA model
     s = S.svd(llama, heads, task, rank=llama.cfg.d_head, basis="shared", center=True)
     assert s.kv_heads == ((0, 0), (1, 1))
+    assert s.sites == ("blocks.0.attn.hook_rot_q", "blocks.1.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.1.attn.hook_rot_k")
     grid = S.faithfulness(llama, s, [task], n_boot=20)
     assert float(_value(grid, "same_prediction")[0]) == 1.0
     assert float(_value(grid, "js")[0]) < 1e-5
@@ -125,7 +130,7 @@ def test_kmeans_with_k_equal_to_fitted_vectors_reproduces_attention(dyck_model):
     row = S.dyck_rows(1, split="seen_struct", seed=4)
     n = int(row.lengths[0])
     s = S.kmeans(dyck_model, (1, 0), row, k=n, seed=0)
-    assert s.fitted_on["n_vectors"] == n and s.q_centroids.shape == (1, n, dyck_model.cfg.d_head)
+    assert s.meta["n_vectors"] == n and s.q_centroids.shape == (1, n, dyck_model.cfg.d_head)
     grid = S.faithfulness(dyck_model, s, {"fitted": row}, n_boot=20)
     assert float(_value(grid, "same_prediction")[0]) == 1.0
     assert float(_value(grid, "js")[0]) < 1e-6
@@ -149,7 +154,8 @@ def _patterns(model, tokens, extra=()):
 def test_onehot_preserves_each_rows_argmax(gpt2, heads):
     tokens = gpt2.to_tokens("the keys to the cabinet are on the table .")
     orig = _patterns(gpt2, tokens)
-    simp = _patterns(gpt2, tokens, S.onehot(gpt2, heads).hooks(gpt2))
+    names = [f"blocks.{layer}.attn.hook_pattern" for layer in range(gpt2.cfg.n_layers)]
+    _, simp = run.cache(gpt2, tokens, names, [S.onehot(gpt2, heads)])
     for layer, head in heads:
         scores = orig[f"blocks.{layer}.attn.hook_attn_scores"][0, head]
         pattern = simp[f"blocks.{layer}.attn.hook_pattern"][0, head]
@@ -171,8 +177,8 @@ def test_onehot_is_the_identity_on_an_already_one_hot_head(dyck_model):
     assert torch.all((pattern == 0) | (pattern == 1))  # the head is already one-hot
     with interp.hooked(dyck_model, sharpen):
         base = dyck_model(tokens)
-    with interp.hooked(dyck_model, sharpen), S.onehot(dyck_model, (1, 0)).apply(dyck_model):
-        again = dyck_model(tokens)
+    with interp.hooked(dyck_model, sharpen):
+        again = run.logits(dyck_model, tokens, [S.onehot(dyck_model, (1, 0))])
     assert torch.equal(again, base)
 
 
@@ -187,47 +193,62 @@ def test_js_divergence_bounds():
     torch.testing.assert_close(S.js_divergence(p[:1], torch.tensor([[0.0, 1.0]])), torch.ones(1))
 
 
-# --- hooks, save/load -------------------------------------------------------------------------
+# --- simplifiers as interventions, save/load ---------------------------------------------------
 
 
-def test_hooks_are_removed_after_use_even_on_error(dyck_model, fit):
+def test_simplifiers_are_interventions_whose_hooks_are_removed_even_on_error(dyck_model, fit):
+    from interp.interventions import Intervention
+
     tokens = fit.tokens[:2]
     base = dyck_model(tokens)
     s = S.kmeans(dyck_model, (1, 0), fit, k=3)
-    with s.apply(dyck_model):
+    assert isinstance(s, Intervention) and s.sites == ("blocks.1.attn.hook_q", "blocks.1.attn.hook_k") and s.first_pos == 0
+    with run.intervened(dyck_model, [s]):
         assert not torch.equal(dyck_model(tokens), base)
     assert _no_hooks(dyck_model)
     with pytest.raises(RuntimeError, match="boom"):
-        with S.onehot(dyck_model, (1, 0)).apply(dyck_model):
+        with run.intervened(dyck_model, [S.onehot(dyck_model, (1, 0))]):
             raise RuntimeError("boom")
     assert _no_hooks(dyck_model)
     assert torch.equal(dyck_model(tokens), base)
 
 
-def test_simplifiers_save_load_and_record_their_fit(dyck_model, fit, tmp_path):
+def test_simplifiers_run_side_by_side_in_one_batched_forward(dyck_model, fit):
+    tokens = fit.tokens[:4]
+    made = [S.svd(dyck_model, (1, 0), fit, rank=2), S.kmeans(dyck_model, (1, 0), fit, k=4), S.onehot(dyck_model, (1, 0))]
+    metric = lambda logits: logits[:, -1].logsumexp(-1).mean()  # noqa: E731
+    together = run.evaluate(dyck_model, tokens, [[s] for s in made] + [[]], metric, progress=False)
+    one_by_one = torch.stack([metric(run.logits(dyck_model, tokens, [s])) for s in made] + [metric(dyck_model(tokens))])
+    torch.testing.assert_close(together, one_by_one.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_simplifiers_and_sweeps_save_load_through_interp_results(dyck_model, fit, splits, tmp_path):
     tokens = fit.tokens[:3]
     made = [
         S.svd(dyck_model, (1, 0), fit, rank=2, basis="shared"),
         S.kmeans(dyck_model, [(0, 0), (1, 0)], fit, k=4, seed=1),
         S.onehot(dyck_model, (1, 0)),
     ]
-    assert made[0].fitted_on["split"] == "train" and made[0].fitted_on["rows"] == 24
-    assert made[1].fitted_on["n_vectors"] == int(fit.lengths.sum())
+    assert made[0].meta["split"] == "train" and made[0].meta["rows"] == 24
+    assert made[1].meta["n_vectors"] == int(fit.lengths.sum())
     for i, s in enumerate(made):
-        back = S.load(s.save(tmp_path / f"{i}.safetensors"))
-        assert type(back) is type(s) and back.heads == s.heads and back.fitted_on == s.fitted_on
-        with s.apply(dyck_model):
-            want = dyck_model(tokens)
-        with back.apply(dyck_model):
-            assert torch.equal(dyck_model(tokens), want)
-    with pytest.raises(ValueError, match="different simplifier"):
-        S.SVDSimplifier.load(tmp_path / "1.safetensors")
+        back = results.load(results.save(s, tmp_path / f"{i}.safetensors"))
+        assert type(back) is type(s) and back.heads == s.heads and back.meta == s.meta and back.sites == s.sites
+        assert torch.equal(run.logits(dyck_model, tokens, [back]), run.logits(dyck_model, tokens, [s]))
+    sweep = S.rank_sweep(dyck_model, (1, 0), fit, splits, ranks=[1, 32], n_boot=10, progress=False)
+    back = results.load(results.save(sweep, tmp_path / "sweep.safetensors"))
+    assert type(back) is S.Sweep and back.grid.labels == sweep.grid.labels and back.meta == sweep.meta
+    assert torch.equal(back.values.nan_to_num(-1), sweep.values.nan_to_num(-1))
+    view = S.compare_attention(dyck_model, made[2], fit.tokens[0, : int(fit.lengths[0])], (1, 0))
+    back = results.load(results.save(view, tmp_path / "view.safetensors"))
+    assert back.tokens == view.tokens and back.names == view.names and torch.equal(back.patterns, view.patterns)
 
 
 def test_a_simplifier_refuses_a_model_it_does_not_fit(dyck_model, gpt2, fit):
     s = S.svd(dyck_model, (1, 0), fit, rank=2)
-    with pytest.raises(ValueError, match="d_head"):
-        s.hooks(gpt2)
+    with pytest.raises(InterpError, match="d_head"):
+        run.logits(gpt2, gpt2.to_tokens("the cat"), [s])
+    assert _no_hooks(gpt2)
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -242,9 +263,9 @@ def test_bad_inputs_get_clear_errors(dyck_model, fit):
     for k in (0, n + 1):
         with pytest.raises(ValueError, match=f"k={k}"):
             S.kmeans(dyck_model, (1, 0), fit, k=k)
-    with pytest.raises(IndexError, match="layer 2 is out of range"):
+    with pytest.raises(InterpError, match="layer 2 is out of range"):
         S.onehot(dyck_model, (2, 0))
-    with pytest.raises(IndexError, match="head 1 is out of range"):
+    with pytest.raises(InterpError, match="head 1 is out of range"):
         S.svd(dyck_model, [(1, 1)], fit, rank=1)
     unscored = torch.full_like(fit.targets[:2], S.IGNORE)
     empty = S.Rows(fit.tokens[:2], unscored, torch.zeros(2, dtype=torch.long))
@@ -285,14 +306,13 @@ def test_faithfulness_reports_intervals_and_paired_gap_tests(dyck_model, fit, sp
 
 
 def test_rank_and_k_sweeps(dyck_model, fit, splits, tmp_path):
-    sweep = S.rank_sweep(dyck_model, (1, 0), fit, splits, ranks=[1, 32], center=False, n_boot=20)
+    sweep = S.rank_sweep(dyck_model, (1, 0), fit, splits, ranks=[1, 32], center=False, n_boot=20, progress=False)
     assert sweep.grid.axes == ("rank", "split", "metric", "quantity") and sweep.grid.shape[:2] == (2, 3)
     same = sweep.metric("same_prediction")
     assert same.axes == ("rank", "split") and torch.all(same.values[1] == 1.0)
-    assert S.Sweep.load(sweep.save(tmp_path / "sweep.safetensors")).grid.labels == sweep.grid.labels
     frame = sweep.to_dataframe()
     assert {"rank", "split", "metric", "value", "ci_low", "ci_high", "p_value"} <= set(frame.columns) and len(frame) == 2 * 3 * len(S.METRICS)
-    ks = S.k_sweep(dyck_model, (1, 0), fit, splits, ks=[2, 8], n_boot=20)
+    ks = S.k_sweep(dyck_model, (1, 0), fit, splits, ks=[2, 8], n_boot=20, progress=False)
     assert ks.grid.axes[0] == "k" and ks.grid.labels[0] == (2, 8)
     with pytest.raises(ValueError, match="rank=33"):
         S.rank_sweep(dyck_model, (1, 0), fit, splits, ranks=[33])
@@ -310,25 +330,33 @@ def test_tasks_are_scored_at_their_answer_position(dyck_model):
 def test_renderers_draw_sweeps_and_attention_comparisons(dyck_model, fit, splits):
     from interp import plot
 
-    sweep = S.rank_sweep(dyck_model, (1, 0), fit, splits, ranks=[1, 2], n_boot=10)
-    assert len(plot.render(sweep).data) == 3 * 4  # 3 splits x (3 panels + the original's line)
+    sweep = S.rank_sweep(dyck_model, (1, 0), fit, splits, ranks=[1, 2], n_boot=10, progress=False)
+    chart = sweep.to_grid()
+    assert chart.meta["chart"] == "lines" and chart.meta["log_x"] and chart.axes == ("rank", "split", "metric", "quantity")
+    assert chart.labels[1] == (*illusions.DYCK_SPLITS, *(f"{s} original" for s in illusions.DYCK_SPLITS))
+    assert chart.labels[2] == ("accuracy", "same prediction", "attention JS (bits)")
+    assert torch.equal(chart.values[:, 3:, 0, 0], sweep.metric("accuracy_original").values)  # the original's line
+    assert torch.isnan(chart.values[:, 3:, 1:]).all()  # ... drawn in the accuracy panel only
+    assert len(plot.render(sweep).data) == 6 * 3  # (3 splits + 3 originals' lines) x 3 panels
     view = S.compare_attention(dyck_model, S.onehot(dyck_model, (1, 0)), fit.tokens[0, : int(fit.lengths[0])], (1, 0))
     assert view.patterns.shape[0] == 2 and view.names[0] == "original"
+    grid = view.to_grid()
+    assert grid.axes == ("method", "dest", "src") and grid.labels[0] == view.names and len(set(grid.labels[1])) == len(view.tokens)
     plot.render(view)
     plot.attention(view.patterns, view.tokens, head_names=view.names)
 
 
 @pytest.mark.slow
 def test_repro_is_json_serialisable(dyck_dir):
-    out = S.repro(progress=False, spec=str(dyck_dir), n_fit=8, n_eval=8, n_boot=10)
+    out = illusions.repro(progress=False, spec=str(dyck_dir), n_fit=8, n_eval=8, n_boot=10)
     text = json.loads(json.dumps(out))
     assert set(text) >= {"original", "simplified", "seconds"}
-    assert set(text["original"]) == {*S.DYCK_SPLITS, "unseen_depth_deep"}
+    assert set(text["original"]) == {*illusions.DYCK_SPLITS, "unseen_depth_deep"}
     methods = {(r["method"], r["rank"], r["k"]) for r in text["simplified"]}
     assert ("svd", 4, None) in methods and ("onehot", None, None) in methods and ("kmeans", None, 8) in methods
 
 
 @pytest.mark.slow
 def test_demo_section(tmp_path):
-    items = S.demo_section(tmp_path)
+    items = illusions.demo_section(tmp_path)
     assert any(isinstance(i, S.Sweep) for i in items) and any(isinstance(i, S.AttentionComparison) for i in items)

@@ -8,18 +8,26 @@ positions only.
 
 from __future__ import annotations
 
-from typing import Callable, Literal, Sequence
+from typing import Literal, Sequence
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from interp import run
 from interp.cores import linalg
 from interp.cores.results import Alignment, Core, Operator
-from interp.hooks import check_hook_names, hooks
+from interp.errors import InterpError
+from interp.interventions import Project
 from interp.metrics import answer_logits, binary_accuracy, logit_diff
 from interp.results import Grid
+from interp.sites import check_hook_names, hook_name
 from interp.tasks.base import Task
+
+__all__ = [
+    "INTERVENTIONS", "activations", "align", "align_coordinates", "extract", "fit_operator", "fourier_power", "gradients",
+    "matched_activations", "operator_from", "score_operator", "sequence_coordinates", "transfer", "validate",
+]
 
 Method = Literal["ace", "pca", "diff_means", "das"]
 Output = Literal["metric", "candidates"]
@@ -27,11 +35,12 @@ INTERVENTIONS = ("full", "core_only", "core_removed", "core_flipped")
 BATCH = 256
 
 
-def check_site(model, site: str) -> None:
-    """KeyError naming an unknown hook and the nearest valid ones."""
-    if not isinstance(site, str):
-        raise TypeError(f"site must be a hook name string such as 'blocks.1.hook_resid_post', got {type(site).__name__}")
-    check_hook_names(model, [site])
+def _site(model, site: str, layer: int | None = None) -> str:
+    """The full hook name of `site` (a short name with `layer`, or a full hook name) in `model`;
+    InterpError naming the nearest valid ones otherwise."""
+    name = hook_name(site, layer)
+    check_hook_names(model, [name])
+    return name
 
 
 def _rows(n: int) -> Int[Tensor, " n"]:
@@ -42,7 +51,7 @@ def _device(model) -> torch.device:
     return torch.device(model.cfg.device)
 
 
-def candidates(task: Task) -> Int[Tensor, " c"]:
+def _candidates(task: Task) -> Int[Tensor, " c"]:
     """The task's answer tokens: every token that is a correct or incorrect answer somewhere."""
     return torch.unique(torch.cat([task.correct, task.incorrect]))
 
@@ -54,57 +63,56 @@ def _outputs(logits: Tensor, task: Task, output: Output, cands: Tensor) -> Float
     if output == "candidates":
         at = answer_logits(logits, task.answer_pos)[:, cands.to(logits.device)]
         return at - at.mean(-1, keepdim=True)
-    raise ValueError(f"output={output!r} is not 'metric' or 'candidates'")
+    raise InterpError(f"output={output!r} is not 'metric' or 'candidates'")
 
 
 def activations(
-    model, task: Task, site: str, *, batch_size: int = BATCH
+    model, task: Task, site: str, *, layer: int | None = None, batch_size: int = BATCH
 ) -> Float[Tensor, "batch d_model"]:
-    """Activations at `site` at each example's answer position, on the CPU."""
-    check_site(model, site)
+    """Activations at `site` (a short name with `layer`, or a full hook name) at each example's
+    answer position, on the CPU."""
+    site = _site(model, site, layer)
     out = []
     for start in range(0, len(task), batch_size):
         part = task[start : start + batch_size].to(_device(model))
-        with torch.no_grad():
-            _, cache = model.run_with_cache(part.clean, names_filter=lambda n: n == site)
-        act = cache[site]
-        if act.ndim != 3:
-            raise ValueError(f"site {site} has activations {tuple(act.shape)}; a core needs a [batch, pos, d] site such as a residual hook")
-        out.append(act[_rows(len(part)), part.answer_pos].detach().float().cpu())
+        _, acts = run.cache(model, part.clean, [site])
+        act = acts[site]
+        _check_width(act, site)
+        out.append(act[_rows(len(part)).to(act.device), part.answer_pos.to(act.device)].float().cpu())
     return torch.cat(out)
 
 
+def _check_width(act: Tensor, site: str) -> None:
+    if act.ndim != 3:
+        raise InterpError(f"site {site} has activations {tuple(act.shape)}; a core needs a [batch, pos, d] site such as a residual hook")
+
+
 def gradients(
-    model, task: Task, site: str, *, output: Output = "metric", batch_size: int = BATCH
+    model, task: Task, site: str, *, layer: int | None = None, output: Output = "metric", batch_size: int = BATCH
 ) -> tuple[Float[Tensor, "batch d_model"], Float[Tensor, "m d_model"]]:
     """(activations [n, d], output gradients [n * c, d]) at `site` and each example's answer position.
 
-    Batched: one forward per batch with the site's activation made a leaf, then one backward per
-    output dimension over the whole batch. Examples do not interact, so the gradient of the sum of
-    per-example outputs is each example's own gradient in its row. Gradient rows are ordered
-    example-major (example i's c outputs are rows i*c .. i*c+c-1).
+    Batched: one forward per batch (`interp.run.with_grad`, the site's activation in the autograd
+    graph), then one backward per output dimension over the whole batch. Examples do not interact,
+    so the gradient of the sum of per-example outputs is each example's own gradient in its row.
+    Gradient rows are ordered example-major (example i's c outputs are rows i*c .. i*c+c-1).
     """
-    check_site(model, site)
-    cands = candidates(task)
+    site = _site(model, site, layer)
+    cands = _candidates(task)
     acts, grads = [], []
     for start in range(0, len(task), batch_size):
         part = task[start : start + batch_size].to(_device(model))
-        leaf: list[Tensor] = []
-
-        def grab(act: Tensor, *, hook) -> Tensor:
-            x = act.detach().requires_grad_(True)
-            leaf.append(x)
-            return x
-
-        with torch.enable_grad(), hooks(model, [(site, grab)]):
-            logits = model(part.clean)
+        with torch.enable_grad():
+            logits, found = run.with_grad(model, part.clean, [site])
+            act = found[site]
+            _check_width(act, site)
             outs = _outputs(logits, part, output, cands)  # [b, c]
-            rows = _rows(len(part))
+            rows, pos = _rows(len(part)).to(act.device), part.answer_pos.to(act.device)
             per_output = []
             for c in range(outs.shape[1]):
-                (g,) = torch.autograd.grad(outs[:, c].sum(), leaf[0], retain_graph=c + 1 < outs.shape[1])
-                per_output.append(g[rows, part.answer_pos.to(g.device)].detach().float().cpu())  # [b, d]
-        acts.append(leaf[0][rows, part.answer_pos.to(leaf[0].device)].detach().float().cpu())
+                (g,) = torch.autograd.grad(outs[:, c].sum(), act, retain_graph=c + 1 < outs.shape[1])
+                per_output.append(g[rows, pos].detach().float().cpu())  # [b, d]
+        acts.append(act[rows, pos].detach().float().cpu())
         grads.append(torch.stack(per_output, 1).flatten(0, 1))  # [b * c, d]
     return torch.cat(acts), torch.cat(grads)
 
@@ -115,7 +123,7 @@ def gradients(
 
 def _check_k(k: int | None, d: int, site: str) -> None:
     if k is not None and not (isinstance(k, int) and 1 <= k <= d):
-        raise ValueError(f"k={k!r} must be an integer in 1..d_model={d} at {site}; a core cannot be wider than the site")
+        raise InterpError(f"k={k!r} must be an integer in 1..d_model={d} at {site}; a core cannot be wider than the site")
 
 
 def extract(
@@ -123,6 +131,7 @@ def extract(
     task: Task,
     *,
     site: str,
+    layer: int | None = None,
     k: int | None = None,
     method: Method = "ace",
     output: Output = "metric",
@@ -132,7 +141,8 @@ def extract(
     batch_size: int = BATCH,
     seed: int = 0,
 ) -> Core:
-    """The task's core at `site`, read at each example's answer position.
+    """The task's core at `site` (a short name with `layer`, or a full hook name), read at each
+    example's answer position.
 
     method:
       * "ace": balanced truncation of the activation covariance (reachability) and the expected
@@ -152,12 +162,12 @@ def extract(
     (16 by default: a core is compact, and far down a d_model-long spectrum the ratios of tiny
     singular values make spurious gaps; pass max_k=None to search the whole spectrum).
     """
-    check_site(model, site)
+    site = _site(model, site, layer)
     d = model.cfg.d_model
     _check_k(k, d, site)
     if method not in ("ace", "pca", "diff_means", "das"):
-        raise ValueError(f"method={method!r} is not one of 'ace', 'pca', 'diff_means', 'das'")
-    provenance = {"task": task.name, "split": task.split, "n": len(task), "positions": "answer_pos",
+        raise InterpError(f"method={method!r} is not one of 'ace', 'pca', 'diff_means', 'das'")
+    meta = {"task": task.name, "split": task.split, "n": len(task), "positions": "answer_pos",
                   "model": getattr(model.cfg, "model_name", ""), "output": output if method == "ace" else None, "seed": seed}
     if method == "ace":
         x, g = gradients(model, task, site, output=output, batch_size=batch_size)
@@ -167,40 +177,40 @@ def extract(
         ordered, spectrum = linalg.pca(x)
     elif method == "diff_means":
         x = activations(model, task, site, batch_size=batch_size)
-        return _diff_means(x, task, site, k, labels, provenance)
+        return _diff_means(x, task, site, k, labels, meta)
     else:
         x = activations(model, task, site, batch_size=batch_size)
-        return _das(model, task, site, k, x, provenance, das_epochs, seed)
+        return _das(model, task, site, k, x, meta, das_epochs, seed)
     if x.shape[1] != d:
-        raise ValueError(f"site {site} has width {x.shape[1]}, not d_model={d}; use a residual-stream site")
+        raise InterpError(f"site {site} has width {x.shape[1]}, not d_model={d}; use a residual-stream site")
     chosen = k if k is not None else linalg.choose_k(spectrum, max_k=max_k)
-    provenance["k_rule"] = "given" if k is not None else "largest spectral gap"
-    return Core(ordered[:, :chosen], x.mean(0), spectrum, site, method, provenance)
+    meta["k_rule"] = "given" if k is not None else "largest spectral gap"
+    return Core(ordered[:, :chosen], x.mean(0), spectrum, site, method, meta)
 
 
-def _diff_means(x: Tensor, task: Task, site: str, k: int | None, labels, provenance: dict) -> Core:
+def _diff_means(x: Tensor, task: Task, site: str, k: int | None, labels, meta: dict) -> Core:
     from transformer_lens.tools.analysis.interchange import mean_difference_basis
 
     labels = list(task.correct.tolist() if labels is None else labels)
     if len(labels) != len(task):
-        raise ValueError(f"{len(labels)} labels for {len(task)} examples")
+        raise InterpError(f"{len(labels)} labels for {len(task)} examples")
     classes = sorted(set(labels), key=str)
     if k is not None and k > len(classes) - 1:
-        raise ValueError(f"k={k}: diff_means over {len(classes)} classes spans at most {len(classes) - 1} directions")
+        raise InterpError(f"k={k}: diff_means over {len(classes)} classes spans at most {len(classes) - 1} directions")
     basis = mean_difference_basis(x, labels)  # [d, classes - 1], ordered by singular value
     means = torch.stack([x[torch.tensor([lab == c for lab in labels])].mean(0) for c in classes])
     spectrum = torch.linalg.svdvals((means - means.mean(0)).double()).float()
     chosen = k if k is not None else linalg.choose_k(spectrum[: len(classes) - 1])
-    provenance = {**provenance, "classes": len(classes), "k_rule": "given" if k is not None else "largest spectral gap"}
-    return Core(basis[:, :chosen].float(), x.mean(0), spectrum, site, "diff_means", provenance)
+    meta = {**meta, "classes": len(classes), "k_rule": "given" if k is not None else "largest spectral gap"}
+    return Core(basis[:, :chosen].float(), x.mean(0), spectrum, site, "diff_means", meta)
 
 
-def _das(model, task: Task, site: str, k: int | None, x: Tensor, provenance: dict, epochs: int, seed: int) -> Core:
+def _das(model, task: Task, site: str, k: int | None, x: Tensor, meta: dict, epochs: int, seed: int) -> Core:
     from transformer_lens.tools.analysis.interchange import fit_das
 
     if k is None:
-        raise ValueError("method='das' learns a subspace of a given dimension: pass k")
-    cands = candidates(task)
+        raise InterpError("method='das' learns a subspace of a given dimension: pass k")
+    cands = _candidates(task)
     index = {int(t): i for i, t in enumerate(cands.tolist())}
     where = {tuple(r.tolist()): int(p) for r, p in zip(task.clean, task.answer_pos)}
     where.update({tuple(r.tolist()): int(p) for r, p in zip(task.corrupt, task.answer_pos)})
@@ -216,71 +226,59 @@ def _das(model, task: Task, site: str, k: int | None, x: Tensor, provenance: dic
         base_positions=task.answer_pos, source_positions=task.answer_pos, epochs=epochs, seed=seed,
     )
     basis, _ = torch.linalg.qr(result.basis.detach().double().cpu())
-    provenance = {**provenance, "das_losses": list(result.losses), "k_rule": "given"}
-    return Core(basis.float(), x.mean(0), torch.tensor(result.losses[-1:]), site, "das", provenance)
+    meta = {**meta, "das_losses": list(result.losses), "k_rule": "given"}
+    return Core(basis.float(), x.mean(0), torch.tensor(result.losses[-1:]), site, "das", meta)
 
 
 # ---------------------------------------------------------------------------------------------
 # validation
 
 
-def projection_hook(basis: Tensor, mean: Tensor, mode: str, answer_pos: Tensor) -> Callable:
-    """Hook factory: apply `linalg.project(.., mode)` to a [batch, pos, d] activation at one
-    position per example (`answer_pos`), leaving the other positions alone."""
-
-    def hook_fn(act: Tensor, *, hook) -> Tensor:
-        rows = _rows(act.shape[0]).to(act.device)
-        pos = answer_pos.to(act.device)
-        out = act.clone()
-        out[rows, pos] = linalg.project(act[rows, pos], basis, mean, mode)
-        return out
-
-    return hook_fn
+def _mean_metric(per_example, task: Task):
+    """logits -> the mean of a per-example metric (logit_diff, binary_accuracy) over the task's rows."""
+    return lambda logits: per_example(logits, task.correct, task.incorrect, task.answer_pos).float().mean()
 
 
-def _task_metrics(logits: Tensor, task: Task) -> list[float]:
-    ld = logit_diff(logits, task.correct, task.incorrect, task.answer_pos).mean()
-    acc = binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean()
-    return [float(ld), float(acc)]
-
-
-def _run_metrics(model, task: Task, fwd: Callable[[Task], list]) -> list[float]:
-    """Example-weighted mean of [logit_diff, binary_accuracy] over batches."""
-    total = torch.zeros(2, dtype=torch.float64)
-    for start in range(0, len(task), BATCH):
-        part = task[start : start + BATCH].to(_device(model))
-        with torch.no_grad(), hooks(model, fwd(part)):
-            total += torch.tensor(_task_metrics(model(part.clean), part), dtype=torch.float64) * len(part)
-    return (total / len(task)).tolist()
-
-
-def validate(model, core: Core, task: Task, *, n_random: int = 5, seed: int = 0) -> Grid:
+def validate(
+    model, core: Core, task: Task, *, n_random: int = 5, seed: int = 0, variants_per_forward: int | None = None,
+    progress: bool = True,
+) -> Grid:
     """Necessity and sufficiency of `core` for `task`, beside random subspaces of the same k.
 
     Grid [method, quantity, metric]: method = full / core_only (mu + P(h - mu)) / core_removed
     (h - P(h - mu)) / core_flipped (h - 2P(h - mu)), applied at core.site at the answer
     positions; quantity = core / random_mean / random_std (over `n_random` random orthonormal
-    bases with the core's mean); metric = logit_diff (mean) / binary_accuracy (chance 0.5).
-    """
-    check_site(model, core.site)
-    if core.d_model != model.cfg.d_model:
-        raise ValueError(f"core has d_model={core.d_model} but the model has d_model={model.cfg.d_model}")
-    if n_random < 1:
-        raise ValueError(f"n_random={n_random} must be >= 1")
-    values = torch.zeros(len(INTERVENTIONS), 3, 2)
-    full = _run_metrics(model, task, lambda part: [])
-    values[0, :2] = torch.tensor(full)
-    bases = [linalg.random_basis(core.d_model, core.k, seed + i) for i in range(n_random)]
-    for i, mode in enumerate(INTERVENTIONS[1:], start=1):
-        def with_basis(b: Tensor) -> list[float]:
-            return _run_metrics(model, task, lambda part: [(core.site, projection_hook(b, core.mean, mode, part.answer_pos))])
+    bases with the core's mean, `linalg.random_basis(d_model, k, seed + i)`); metric =
+    logit_diff (mean) / binary_accuracy (chance 0.5).
 
-        values[i, 0] = torch.tensor(with_basis(core.basis))
-        rand = torch.tensor([with_basis(b) for b in bases])  # [n_random, 2]
-        values[i, 1] = rand.mean(0)
-        values[i, 2] = rand.std(0) if n_random > 1 else 0.0
+    Every (intervention, basis) pair is one `Project` variant of `interp.run.evaluate`, so they
+    run side by side in batched forwards that begin at the core's block and first answer position.
+    """
+    _site(model, core.site)
+    if core.d_model != model.cfg.d_model:
+        raise InterpError(f"core has d_model={core.d_model} but the model has d_model={model.cfg.d_model}")
+    if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 1:
+        raise InterpError(f"n_random={n_random!r} must be an int >= 1")
+    task = task.to(_device(model))
+    bases = [core.basis] + [linalg.random_basis(core.d_model, core.k, seed + i) for i in range(n_random)]
+    variants = [[]] + [[Project(core.site, b, core.mean, mode, positions=task.answer_pos)]
+                       for mode in INTERVENTIONS[1:] for b in bases]
+    per_metric = [
+        run.evaluate(model, task.clean, variants, _mean_metric(fn, task), variants_per_forward=variants_per_forward,
+                     progress=progress, desc=f"validate: {name}")
+        for name, fn in (("logit_diff", logit_diff), ("binary_accuracy", binary_accuracy))
+    ]
+    measured = torch.stack(per_metric, 1)  # [1 + modes * (1 + n_random), metric]
+    values = torch.zeros(len(INTERVENTIONS), 3, 2)
+    values[0, :2] = measured[0]
+    by_mode = measured[1:].view(len(INTERVENTIONS) - 1, 1 + n_random, 2)
+    for i in range(1, len(INTERVENTIONS)):
+        rand = by_mode[i - 1, 1:].double()  # [n_random, metric]
+        values[i, 0] = by_mode[i - 1, 0]
+        values[i, 1] = rand.mean(0).float()
+        values[i, 2] = rand.std(0).float() if n_random > 1 else 0.0
     meta = {"site": core.site, "k": core.k, "method": core.method, "task": task.name, "split": task.split,
-            "n": len(task), "n_random": n_random, "chance": {"binary_accuracy": 0.5, "logit_diff": 0.0}}
+            "n": len(task), "n_random": n_random, "seed": seed, "chance": {"binary_accuracy": 0.5, "logit_diff": 0.0}}
     return Grid(values, ("method", "quantity", "metric"),
                 (INTERVENTIONS, ("core", "random_mean", "random_std"), ("logit_diff", "binary_accuracy")), meta)
 
@@ -294,7 +292,7 @@ def operator_from(
 ) -> Operator:
     """Least-squares y ≈ x @ A + b, with A's eigenvalues when square (pure tensors)."""
     if x.shape[0] != y.shape[0]:
-        raise ValueError(f"operator inputs {tuple(x.shape)} and targets {tuple(y.shape)} need the same number of rows")
+        raise InterpError(f"operator inputs {tuple(x.shape)} and targets {tuple(y.shape)} need the same number of rows")
     m, b = linalg.lstsq_map(x, y, ridge=ridge)
     r2 = linalg.r2_score(x.float() @ m + b, y)
     if m.shape[0] == m.shape[1]:
@@ -309,12 +307,11 @@ def sequence_coordinates(
     model, core: Core, tokens: Int[Tensor, "batch pos"], *, batch_size: int = BATCH
 ) -> Float[Tensor, "batch pos k"]:
     """Core coordinates at every position of `tokens` (all rows the same length, no padding)."""
-    check_site(model, core.site)
+    site = _site(model, core.site)
     out = []
     for start in range(0, tokens.shape[0], batch_size):
-        with torch.no_grad():
-            _, cache = model.run_with_cache(tokens[start : start + batch_size].to(_device(model)), names_filter=lambda n: n == core.site)
-        out.append(core.coordinates(cache[core.site]))
+        _, acts = run.cache(model, tokens[start : start + batch_size].to(_device(model)), [site])
+        out.append(core.coordinates(acts[site]))
     return torch.cat(out)
 
 
@@ -332,12 +329,12 @@ def fit_operator(
     if target is None:
         tokens = data.clean if isinstance(data, Task) else data
         if lag < 1 or start < 0 or start + lag >= tokens.shape[1]:
-            raise ValueError(f"lag={lag}, start={start}: need 1 <= lag and start + lag < pos={tokens.shape[1]}")
+            raise InterpError(f"lag={lag}, start={start}: need 1 <= lag and start + lag < pos={tokens.shape[1]}")
         z = sequence_coordinates(model, core, tokens)  # [batch, pos, k]
         x, y = z[:, start : z.shape[1] - lag].flatten(0, 1), z[:, start + lag :].flatten(0, 1)
         return operator_from(x, y, source=core.site, target=core.site, ridge=ridge, meta={"kind": "time", "lag": lag, "start": start})
     if not isinstance(data, Task):
-        raise ValueError("a site-to-site operator needs a Task (its answer positions)")
+        raise InterpError("a site-to-site operator needs a Task (its answer positions)")
     x = core.coordinates(activations(model, data, core.site))
     y = target.coordinates(activations(model, data, target.site))
     return operator_from(x, y, source=core.site, target=target.site, ridge=ridge, meta={"kind": "site"})
@@ -348,7 +345,7 @@ def score_operator(model, operator: Operator, core_in: Core, core_out: Core, tas
     x = core_in.coordinates(activations(model, task, core_in.site))
     y = core_out.coordinates(activations(model, task, core_out.site))
     if x.shape[1] != operator.matrix.shape[0] or y.shape[1] != operator.matrix.shape[1]:
-        raise ValueError(f"operator {tuple(operator.matrix.shape)} does not fit cores of k={x.shape[1]} -> {y.shape[1]}")
+        raise InterpError(f"operator {tuple(operator.matrix.shape)} does not fit cores of k={x.shape[1]} -> {y.shape[1]}")
     return linalg.r2_score(operator(x), y)
 
 
@@ -362,7 +359,7 @@ def transfer(operator: Operator, alignment_in: Alignment, alignment_out: Alignme
     """
     ka_in, kb_in = alignment_in.map.shape
     if operator.matrix.shape[0] != ka_in or operator.matrix.shape[1] != alignment_out.map.shape[0]:
-        raise ValueError(
+        raise InterpError(
             f"operator {tuple(operator.matrix.shape)} does not chain with alignments {tuple(alignment_in.map.shape)} (in) "
             f"and {tuple(alignment_out.map.shape)} (out)"
         )
@@ -383,7 +380,7 @@ def transfer(operator: Operator, alignment_in: Alignment, alignment_out: Alignme
 # alignment
 
 
-def prompt_tokens(model, prompts: Sequence[str]) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, " batch"]]:
+def _prompt_tokens(model, prompts: Sequence[str]) -> tuple[Int[Tensor, "batch pos"], Int[Tensor, " batch"]]:
     """Each prompt tokenized alone (BOS as the model does), right-padded; and each last position."""
     rows = [model.to_tokens(p)[0].cpu() for p in prompts]
     width = max(len(r) for r in rows)
@@ -408,13 +405,13 @@ def matched_activations(
     to the same length in both (so positions match)."""
     texts = list(prompts.text) if isinstance(prompts, Task) else list(prompts)
     if not texts:
-        raise ValueError("align needs at least one prompt")
-    ta, la = prompt_tokens(model_a, texts)
-    tb, lb = prompt_tokens(model_b, texts)
+        raise InterpError("align needs at least one prompt")
+    ta, la = _prompt_tokens(model_a, texts)
+    tb, lb = _prompt_tokens(model_b, texts)
     bad = (la != lb).nonzero().flatten()
     if len(bad):
         i = int(bad[0])
-        raise ValueError(
+        raise InterpError(
             f"prompt {texts[i]!r} tokenizes to {int(la[i]) + 1} tokens in model A {model_a.to_str_tokens(texts[i])} but "
             f"{int(lb[i]) + 1} in model B {model_b.to_str_tokens(texts[i])}; alignment needs matched positions, so use "
             f"prompts whose tokens line up in both models ({len(bad)} of {len(texts)} prompts differ)"
@@ -434,9 +431,9 @@ def align_coordinates(
         "cca": lambda a, b: linalg.cca_map(a, b),
     }
     if method not in fits:
-        raise ValueError(f"method={method!r} is not one of {sorted(fits)}")
+        raise InterpError(f"method={method!r} is not one of {sorted(fits)}")
     if za.shape[0] != zb.shape[0] or za.shape[0] < 4:
-        raise ValueError(f"need the same number (>= 4) of matched rows, got {za.shape[0]} and {zb.shape[0]}")
+        raise InterpError(f"need the same number (>= 4) of matched rows, got {za.shape[0]} and {zb.shape[0]}")
     m, b = fits[method](za, zb)
     r2 = linalg.r2_score(za.float() @ m + b, zb)
     half = torch.arange(za.shape[0]) % 2 == 0
@@ -458,8 +455,8 @@ def align(
     R² (in sample and two-fold held out), canonical correlations, and principal angles between
     the bases when the two models have the same width.
     """
-    check_site(model_a, core_a.site)
-    check_site(model_b, core_b.site)
+    _site(model_a, core_a.site)
+    _site(model_b, core_b.site)
     xa, xb = matched_activations(model_a, model_b, prompts, core_a.site, core_b.site)
     za, zb = core_a.coordinates(xa), core_b.coordinates(xb)
     m, b, r2, r2_cv, rho = align_coordinates(za, zb, method=method, ridge=ridge)

@@ -1,59 +1,55 @@
-"""The core result types: Core, Operator and Alignment, frozen dataclasses that save to
-safetensors with their JSON metadata in the header."""
+"""The core result types: Core, Operator, Alignment and ValidationBars.
+
+Each is a frozen dataclass registered with `interp.results.result`, so `interp.results.save` /
+`load` write and read it (tensors to safetensors, the rest as JSON); provenance is in `meta`.
+Each converts to a Grid (`to_grid()`) that `interp.plot.render` draws.
+"""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from jaxtyping import Float
-from safetensors import safe_open
 from torch import Tensor
 
-from interp.results import write_tensors_atomic
+from interp import results
+from interp.errors import InterpError
+from interp.results import Grid, result
+
+__all__ = ["Alignment", "Core", "Operator", "ValidationBars"]
 
 
-def _write(path: str | Path, kind: str, tensors: dict[str, Tensor], meta: dict[str, Any]) -> Path:
-    path = Path(path)
-    write_tensors_atomic(
-        path, {k: v.detach().float().cpu().contiguous() for k, v in tensors.items()},
-        {"format": f"interp.{kind}/1", "meta": json.dumps(meta)},
-    )
-    return path
+def _load_as(cls: type, path: str | Path) -> Any:
+    obj = results.load(path)
+    if not isinstance(obj, cls):
+        raise InterpError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
+    return obj
 
 
-def _read(path: str | Path, kind: str) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    with safe_open(str(path), framework="pt") as f:
-        header = f.metadata() or {}
-        if header.get("format") != f"interp.{kind}/1":
-            raise ValueError(f"{path} is not an interp {kind} file (format {header.get('format')!r})")
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    return tensors, json.loads(header["meta"])
-
-
+@result
 @dataclass(frozen=True)
 class Core:
     """A task's core at one site: an orthonormal basis [d_model, k] of the subspace, the mean
     activation [d_model] it is centred on, the spectrum the dimension was read from, the hook
-    name `site`, the extraction `method`, and `provenance` (model, task, positions, n, ...)."""
+    name `site`, the extraction `method`, and `meta` (model, task, positions, n, k_rule, ...)."""
 
     basis: Float[Tensor, "d_model k"]
     mean: Float[Tensor, " d_model"]
     spectrum: Float[Tensor, " rank"]
     site: str
     method: str
-    provenance: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         b, mu = self.basis, self.mean
         if b.ndim != 2 or mu.shape != (b.shape[0],):
-            raise ValueError(f"Core basis {tuple(b.shape)} must be [d_model, k] and mean {tuple(mu.shape)} [d_model]")
+            raise InterpError(f"Core basis {tuple(b.shape)} must be [d_model, k] and mean {tuple(mu.shape)} [d_model]")
         gram = b.double().T @ b.double()
         if not torch.allclose(gram, torch.eye(b.shape[1], dtype=torch.float64), atol=1e-3):
-            raise ValueError("Core basis columns must be orthonormal (basis.T @ basis = I)")
+            raise InterpError("Core basis columns must be orthonormal (basis.T @ basis = I)")
         for name in ("basis", "mean", "spectrum"):
             object.__setattr__(self, name, getattr(self, name).detach().float().cpu())
 
@@ -72,25 +68,32 @@ class Core:
     def truncated(self, k: int) -> Core:
         """The same core with only its first k directions (e.g. k=1: the core's axis)."""
         if not 1 <= k <= self.k:
-            raise ValueError(f"k={k} must be in 1..{self.k} (this core's dimension)")
-        return replace(self, basis=self.basis[:, :k], provenance={**self.provenance, "truncated_from_k": self.k})
+            raise InterpError(f"k={k} must be in 1..{self.k} (this core's dimension)")
+        return replace(self, basis=self.basis[:, :k], meta={**self.meta, "truncated_from_k": self.k})
 
     def coordinates(self, activations: Float[Tensor, "*batch d_model"]) -> Float[Tensor, "*batch k"]:
         """Core coordinates (h - mean) @ basis of activations at this core's site."""
         if activations.shape[-1] != self.d_model:
-            raise ValueError(f"activations of width {activations.shape[-1]} but the core at {self.site} has d_model={self.d_model}")
+            raise InterpError(f"activations of width {activations.shape[-1]} but the core at {self.site} has d_model={self.d_model}")
         return (activations.float().cpu() - self.mean) @ self.basis
 
+    def to_grid(self) -> Grid:
+        """The spectrum the dimension was read from, as bars."""
+        return Grid(self.spectrum, ("rank",), meta={
+            "chart": "bar", "title": f"{self.method} spectrum at {self.site} (k={self.k})", "metric": "singular value",
+            "site": self.site, "method": self.method, "k": self.k})
+
     def save(self, path: str | Path) -> Path:
-        meta = {"site": self.site, "method": self.method, "provenance": self.provenance}
-        return _write(path, "Core", {"basis": self.basis, "mean": self.mean, "spectrum": self.spectrum}, meta)
+        """`interp.results.save(self, path)`."""
+        return results.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Core:
-        t, meta = _read(path, "Core")
-        return cls(t["basis"], t["mean"], t["spectrum"], meta["site"], meta["method"], meta["provenance"])
+        """`interp.results.load(path)`, checked to be a Core."""
+        return _load_as(cls, path)
 
 
+@result
 @dataclass(frozen=True)
 class Operator:
     """A least-squares linear map between core coordinates: y = x @ matrix + bias.
@@ -98,7 +101,7 @@ class Operator:
     `matrix` is [k_in, k_out]. `eigenvalues` (of matrix.T, for a square map; empty otherwise) are
     stored as real and imaginary parts. `r2` is the fit's R² on its own data (NaN when unscored).
     `source` and `target` name the sites (equal for an operator over time steps); `meta` holds
-    the rest (lag, model, n)."""
+    the rest (lag, model, n; `reference` [[re, im], ...] eigenvalues to draw beside them)."""
 
     matrix: Float[Tensor, "k_in k_out"]
     bias: Float[Tensor, " k_out"]
@@ -111,7 +114,7 @@ class Operator:
 
     def __post_init__(self) -> None:
         if self.bias.shape != (self.matrix.shape[1],):
-            raise ValueError(f"Operator matrix {tuple(self.matrix.shape)} and bias {tuple(self.bias.shape)} disagree")
+            raise InterpError(f"Operator matrix {tuple(self.matrix.shape)} and bias {tuple(self.bias.shape)} disagree")
         for name in ("matrix", "bias", "eig_real", "eig_imag"):
             object.__setattr__(self, name, getattr(self, name).detach().float().cpu())
 
@@ -123,17 +126,29 @@ class Operator:
     def __call__(self, x: Float[Tensor, "n k_in"]) -> Float[Tensor, "n k_out"]:
         return x.float().cpu() @ self.matrix + self.bias
 
+    def to_grid(self) -> Grid:
+        """The eigenvalues in the complex plane (chart "complex"), with meta["reference"] beside them."""
+        n = self.eig_real.shape[0]
+        meta: dict[str, Any] = {
+            "chart": "complex", "source": self.source, "target": self.target, "r2": self.r2,
+            "title": self.meta.get("title") or f"operator {self.source} -> {self.target}: eigenvalues (R² {self.r2:.3f})",
+        }
+        if self.meta.get("reference"):
+            meta["reference"] = [list(r) for r in self.meta["reference"]]
+        return Grid(torch.stack([self.eig_real, self.eig_imag], 1).reshape(n, 2), ("k", "quantity"),
+                    (tuple(range(n)), ("real", "imag")), meta)
+
     def save(self, path: str | Path) -> Path:
-        tensors = {"matrix": self.matrix, "bias": self.bias, "eig_real": self.eig_real, "eig_imag": self.eig_imag}
-        meta = {"r2": self.r2, "source": self.source, "target": self.target, "meta": self.meta}
-        return _write(path, "Operator", tensors, meta)
+        """`interp.results.save(self, path)`."""
+        return results.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Operator:
-        t, m = _read(path, "Operator")
-        return cls(t["matrix"], t["bias"], t["eig_real"], t["eig_imag"], m["r2"], m["source"], m["target"], m["meta"])
+        """`interp.results.load(path)`, checked to be an Operator."""
+        return _load_as(cls, path)
 
 
+@result
 @dataclass(frozen=True)
 class Alignment:
     """A map from model A's core coordinates to model B's on matched prompts: zb ≈ za @ map + bias.
@@ -158,7 +173,7 @@ class Alignment:
     def __post_init__(self) -> None:
         ka, kb = self.map.shape
         if self.basis_a.shape[1] != ka or self.basis_b.shape[1] != kb:
-            raise ValueError(f"Alignment map {tuple(self.map.shape)} disagrees with bases {tuple(self.basis_a.shape)}, {tuple(self.basis_b.shape)}")
+            raise InterpError(f"Alignment map {tuple(self.map.shape)} disagrees with bases {tuple(self.basis_a.shape)}, {tuple(self.basis_b.shape)}")
         for name in ("map", "bias", "canonical", "angles", "basis_a", "basis_b"):
             object.__setattr__(self, name, getattr(self, name).detach().float().cpu())
 
@@ -171,13 +186,49 @@ class Alignment:
     def __call__(self, za: Float[Tensor, "n ka"]) -> Float[Tensor, "n kb"]:
         return za.float().cpu() @ self.map + self.bias
 
+    def to_grid(self) -> Grid:
+        """The canonical correlations of the two cores' coordinates, as bars."""
+        title = (f"{self.method} alignment {self.meta.get('site_a', 'A')} -> {self.meta.get('site_b', 'B')}: "
+                 f"R² {self.r2:.3f} (held out {self.r2_heldout:.3f})")
+        return Grid(self.canonical, ("rank",), meta={"chart": "bar", "title": title, "metric": "canonical correlation",
+                                                      "method": self.method, "r2": self.r2, "r2_heldout": self.r2_heldout})
+
     def save(self, path: str | Path) -> Path:
-        names = ("map", "bias", "canonical", "angles", "basis_a", "basis_b")
-        meta = {"method": self.method, "r2": self.r2, "r2_heldout": self.r2_heldout, "meta": self.meta}
-        return _write(path, "Alignment", {n: getattr(self, n) for n in names}, meta)
+        """`interp.results.save(self, path)`."""
+        return results.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> Alignment:
-        t, m = _read(path, "Alignment")
-        return cls(t["map"], t["bias"], m["method"], m["r2"], m["r2_heldout"], t["canonical"], t["angles"],
-                   t["basis_a"], t["basis_b"], m["meta"])
+        """`interp.results.load(path)`, checked to be an Alignment."""
+        return _load_as(cls, path)
+
+
+@result
+@dataclass(frozen=True)
+class ValidationBars:
+    """A validation Grid ([method, quantity, metric], as `validate` returns it) drawn as grouped
+    bars for one metric: one group per intervention, the core beside the random-subspace control
+    (error bar: its std over draws), chance as a dashed line. `meta` may set a "title"."""
+
+    grid: Grid
+    metric: str = "binary_accuracy"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.grid.axes != ("method", "quantity", "metric"):
+            raise InterpError(f"ValidationBars takes a validation Grid (method, quantity, metric), got axes {self.grid.axes}")
+        if self.metric not in self.grid.labels[2]:
+            raise InterpError(f"metric={self.metric!r} is not one of the grid's metrics {self.grid.labels[2]}")
+
+    def to_grid(self) -> Grid:
+        g = self.grid
+        m = g.labels[2].index(self.metric)
+        q = {name: g.labels[1].index(name) for name in ("core", "random_mean", "random_std")}
+        v = g.values[:, :, m]
+        core = torch.stack([v[:, q["core"]], torch.zeros(v.shape[0])], 1)
+        rand = torch.stack([v[:, q["random_mean"]], v[:, q["random_std"]]], 1)
+        title = self.meta.get("title") or g.meta.get("title") or f"core validation at {g.meta.get('site', '')}"
+        meta = {**{k: val for k, val in g.meta.items() if k != "chance"}, "chart": "bars", "title": title,
+                "metric": self.metric, "chance": g.meta.get("chance", {}).get(self.metric)}
+        return Grid(torch.stack([core, rand], 1), ("method", "other", "quantity"),
+                    (g.labels[0], (f"core (k={g.meta.get('k', '?')})", "random subspace, same k"), ("value", "std")), meta)

@@ -5,11 +5,13 @@ After Friedman et al., "Interpretability Illusions in the Generalization of Simp
 how faithful the proxy is on every split, in and out of distribution.
 
     s = svd(model, (1, 0), fit_rows, rank=4)          # fitted on in-distribution data
-    with s.apply(model):                                # hooks, always removed
-        logits = model(tokens)
+    logits = interp.run.logits(model, tokens, [s])      # a simplifier is an intervention
     grid = faithfulness(model, s, {"seen": a, "unseen": b})   # Grid [split, metric, quantity]
+    interp.results.save(s, "s.safetensors")             # interp.results.load gives it back
 
-Three simplifiers, each a frozen dataclass (data, not closures) that saves to safetensors + JSON:
+Three simplifiers, each a frozen dataclass of data on the intervention protocol
+(`interp.interventions`: `sites`, `first_pos`, `__call__(act, *, site, start)`), so `interp.run`
+applies them like any other intervention, alone or side by side with others:
 
 * `svd`: project each query and key onto its top-`rank` right singular vectors (an affine
   subspace through the fitted mean when `center=True`), before the scores are formed.
@@ -29,26 +31,24 @@ elsewhere) and each row's length. A Task is scored at its answer position (`Rows
 Simplifiers are fitted on every position before a row's length; faithfulness compares argmax
 predictions at the scored positions and attention rows at every query position before the length.
 
-Axis vocabulary: heads are (layer, head) pairs; Grids use the axes split, metric, quantity and
-rank or k (see interp.tensors).
+Results: `faithfulness` -> Grid [split, metric, quantity]; `rank_sweep` / `k_sweep` -> `Sweep`
+(drawn by `interp.plot.render` as faithfulness against rank or k); `compare_attention` ->
+`AttentionComparison` (original vs simplified attention of one head). Heads are (layer, head)
+pairs. The Dyck study of the paper lives in `interp.studies.illusions`.
 """
 
 from interp.simplify.core import (
-    BATCH, IGNORE, HeadSpec, Rows, collect, dyck_rows, js_divergence, kmeans_centroids, nearest,
-    onehot_scores, project, svd_basis,
+    IGNORE, HeadSpec, Rows, collect, dyck_rows, js_divergence, kmeans_centroids, nearest, onehot_scores, project,
+    svd_basis,
 )
 from interp.simplify.faithfulness import (
     METRICS, QUANTITIES, AttentionComparison, Sweep, compare_attention, faithfulness, k_sweep, rank_sweep,
 )
-from interp.simplify.simplifiers import (
-    KMeansSimplifier, OneHotSimplifier, Simplifier, SVDSimplifier, kmeans, load, onehot, svd,
-)
-from interp.simplify.study import DYCK_SPLITS, REPRO_KS, REPRO_RANKS, demo_section, repro
+from interp.simplify.simplifiers import KMeansSimplifier, OneHotSimplifier, Simplifier, SVDSimplifier, kmeans, onehot, svd
 
 __all__ = [
-    "BATCH", "DYCK_SPLITS", "IGNORE", "METRICS", "QUANTITIES", "REPRO_KS", "REPRO_RANKS",
-    "AttentionComparison", "HeadSpec", "KMeansSimplifier", "OneHotSimplifier", "Rows", "SVDSimplifier",
-    "Simplifier", "Sweep", "collect", "compare_attention", "demo_section", "dyck_rows", "faithfulness",
-    "js_divergence", "k_sweep", "kmeans", "kmeans_centroids", "load", "nearest", "onehot", "onehot_scores",
-    "project", "rank_sweep", "repro", "svd", "svd_basis",
+    "IGNORE", "METRICS", "QUANTITIES", "AttentionComparison", "HeadSpec", "KMeansSimplifier", "OneHotSimplifier",
+    "Rows", "SVDSimplifier", "Simplifier", "Sweep", "collect", "compare_attention", "dyck_rows", "faithfulness",
+    "js_divergence", "k_sweep", "kmeans", "kmeans_centroids", "nearest", "onehot", "onehot_scores", "project",
+    "rank_sweep", "svd", "svd_basis",
 ]

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
+from tqdm.auto import tqdm
 
-from interp.hooks import hooks
-from interp.results import Grid
-from interp.simplify.core import IGNORE, HeadSpec, Rows, _describe_fit, _device, _heads, _kv_heads, collect, js_divergence
-from interp.simplify.simplifiers import Simplifier, _check_k, _fit_kmeans, _fit_svd
+from interp import run
+from interp.errors import InterpError
+from interp.results import Grid, result
+from interp.simplify.core import IGNORE, HeadSpec, Rows, js_divergence
+from interp.simplify.simplifiers import Simplifier, fit_kmeans, fit_svd
+from interp.sites import hook_name
 from interp.tasks.base import Task
+
+__all__ = ["METRICS", "QUANTITIES", "AttentionComparison", "Sweep", "compare_attention", "faithfulness", "k_sweep", "rank_sweep"]
 
 METRICS = (
     "accuracy_original",     # fraction of scored positions the original model gets right
@@ -41,21 +45,14 @@ class _Run:
     pattern: list[Tensor]   # per batch: [batch, head, dest, src] on the chosen heads
 
 
-def _run(model, rows: Rows, heads: tuple[tuple[int, int], ...], extra: list) -> _Run:
-    device = _device(model)
-    names = sorted({f"blocks.{layer}.attn.hook_pattern" for layer, _ in heads})
+def _run(model, rows: Rows, heads: tuple[tuple[int, int], ...], interventions: Sequence[Simplifier]) -> _Run:
+    """Predictions and the chosen heads' attention, batch by batch, under `interventions`."""
+    names = sorted({hook_name("pattern", layer) for layer, _ in heads})
     preds, patterns = [], []
-    with torch.no_grad():
-        for batch in rows.batches():
-            got: dict[str, Tensor] = {}
-
-            def grab(act: Tensor, *, hook) -> None:
-                got[hook.name] = act.detach()
-
-            with hooks(model, [*extra, *[(n, grab) for n in names]]):
-                logits = model(batch.tokens.to(device))
-            preds.append(logits.argmax(-1).cpu())
-            patterns.append(torch.stack([got[f"blocks.{layer}.attn.hook_pattern"][:, h] for layer, h in heads], 1).float().cpu())
+    for batch in rows.batches():
+        logits, got = run.cache(model, batch.tokens.to(model.cfg.device), names, interventions)
+        preds.append(logits.argmax(-1).cpu())
+        patterns.append(torch.stack([got[hook_name("pattern", layer)][:, h] for layer, h in heads], 1).float().cpu())
     return _Run(preds, patterns)
 
 
@@ -131,13 +128,13 @@ def _splits(splits: Mapping[str, Task | Rows] | Sequence[Task | Rows]) -> dict[s
             r = Rows.of(v)
             name = str(r.meta.get("split", len(out)))
             if name in out:
-                raise ValueError(f"two splits are both called {name!r}; pass a dict {{name: data}}")
+                raise InterpError(f"two splits are both called {name!r}; pass a dict {{name: data}}")
             out[name] = r
     if not out:
-        raise ValueError("no splits given; pass {name: Task or Rows}")
+        raise InterpError("no splits given; pass {name: Task or Rows}")
     for name, r in out.items():
         if len(r) == 0 or int((r.targets != IGNORE).sum()) == 0:
-            raise ValueError(f"split {name!r} has no scored positions")
+            raise InterpError(f"split {name!r} has no scored positions")
     return out
 
 
@@ -149,13 +146,12 @@ class _Evaluator:
         self.splits = _splits(splits)
         self.reference = reference if reference is not None else next(iter(self.splits))
         if self.reference not in self.splits:
-            raise KeyError(f"reference split {self.reference!r} is not one of {list(self.splits)}")
+            raise InterpError(f"reference split {self.reference!r} is not one of {list(self.splits)}")
         self.n_boot, self.seed = n_boot, seed
         self.orig = {s: _run(model, r, heads, []) for s, r in self.splits.items()}
 
     def values(self, simplifier: Simplifier) -> Tensor:
-        hooked = simplifier.hooks(self.model)
-        counts = {s: _per_row(r, self.orig[s], _run(self.model, r, self.heads, hooked)) for s, r in self.splits.items()}
+        counts = {s: _per_row(r, self.orig[s], _run(self.model, r, self.heads, [simplifier])) for s, r in self.splits.items()}
         return _stats(counts, list(self.splits), self.reference, self.n_boot, self.seed)
 
     def meta(self, simplifier: Simplifier) -> dict[str, Any]:
@@ -166,7 +162,7 @@ class _Evaluator:
             "n_boot": self.n_boot,
             "ci": 0.95,
             "js_units": "bits",
-            "fitted_on": {k: v for k, v in simplifier.fitted_on.items() if not k.endswith("singular_values")},
+            "fitted_on": {k: v for k, v in simplifier.meta.items() if not k.endswith("singular_values")},
             "splits": {s: r.meta for s, r in self.splits.items()},
         }
 
@@ -191,45 +187,71 @@ def faithfulness(
     return Grid(ev.values(simplifier), ("split", "metric", "quantity"), (tuple(ev.splits), METRICS, QUANTITIES), ev.meta(simplifier))
 
 
+_PANELS = {"accuracy_simplified": "accuracy", "same_prediction": "same prediction", "js": "attention JS (bits)"}
+
+
+@result
 @dataclass(frozen=True)
 class Sweep:
-    """Faithfulness over a sweep of one parameter: grid [rank|k, split, metric, quantity]."""
+    """Faithfulness over a sweep of one parameter (`parameter`: "rank" or "k"):
+    values [parameter, split, metric, quantity] (see METRICS, QUANTITIES); `grid` as a Grid."""
 
-    grid: Grid
+    values: Float[Tensor, "param split metric quantity"]
+    parameter: str
+    params: tuple[int, ...]
+    splits: tuple[str, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", tuple(self.params))
+        object.__setattr__(self, "splits", tuple(self.splits))
+        want = (len(self.params), len(self.splits), len(METRICS), len(QUANTITIES))
+        if tuple(self.values.shape) != want:
+            raise InterpError(f"Sweep values have shape {tuple(self.values.shape)}, expected {want} "
+                              f"({self.parameter}, split, metric, quantity)")
 
     @property
-    def parameter(self) -> str:
-        return self.grid.axes[0]
+    def grid(self) -> Grid:
+        """Grid [rank|k, split, metric, quantity]."""
+        return Grid(self.values, (self.parameter, "split", "metric", "quantity"), (self.params, self.splits, METRICS, QUANTITIES), self.meta)
 
     def metric(self, name: str, quantity: str = "value") -> Grid:
         """[rank|k, split] values of one metric."""
+        if name not in METRICS or quantity not in QUANTITIES:
+            raise InterpError(f"metric {name!r} / quantity {quantity!r}: choose from {METRICS} / {QUANTITIES}")
         m, q = METRICS.index(name), QUANTITIES.index(quantity)
-        return Grid(self.grid.values[:, :, m, q], self.grid.axes[:2], self.grid.labels[:2], {**self.grid.meta, "metric": name})
+        return Grid(self.values[:, :, m, q], (self.parameter, "split"), (self.params, self.splits), {**self.meta, "metric": name})
 
     def to_dataframe(self):
         """One row per (parameter, split, metric) with value, ci_low, ci_high and p_value columns."""
         frame = self.grid.to_dataframe()
         return frame.pivot_table(index=[self.parameter, "split", "metric"], columns="quantity", values="value", dropna=False, sort=False).reset_index()
 
-    def save(self, path: str | Path) -> Path:
-        return self.grid.save(path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Sweep:
-        return cls(Grid.load(path))
+    def to_grid(self) -> Grid:
+        """The faithfulness chart: lines over rank|k, one per split, a panel per metric (accuracy,
+        same prediction, attention JS), 95 % CI bars; "<split> original" is the original model's
+        accuracy (drawn in the accuracy panel only)."""
+        q = [QUANTITIES.index(x) for x in ("value", "ci_low", "ci_high")]
+        panels = [METRICS.index(m) for m in _PANELS]
+        simplified = self.values[:, :, panels][..., q]  # [param, split, panel, quantity]
+        original = torch.full_like(simplified, float("nan"))
+        acc = self.values[:, :, METRICS.index("accuracy_original"), QUANTITIES.index("value")]
+        original[:, :, 0] = acc[..., None]  # no error bars: ci = value
+        values = torch.cat([simplified, original], 1)
+        series = (*self.splits, *(f"{s} original" for s in self.splits))
+        title = f"{self.meta.get('method', 'simplifier')} on heads {self.meta.get('heads', '')}: faithfulness per split"
+        meta = {**self.meta, "chart": "lines", "log_x": True, "title": title, "metric": "faithfulness"}
+        return Grid(values, (self.parameter, "split", "metric", "quantity"), (self.params, series, tuple(_PANELS.values()), ("value", "ci_low", "ci_high")), meta)
 
 
 def _sweep(ev: _Evaluator, axis: str, params: Sequence[int], make: Callable[[int], Simplifier], progress: bool) -> Sweep:
-    from tqdm.auto import tqdm
-
     values, meta = [], {}
     for p in tqdm(params, desc=f"{axis} sweep", disable=not progress):
         s = make(p)
         values.append(ev.values(s))
         meta = ev.meta(s)
     meta["method"] = meta["method"].split(" ")[0]
-    grid = Grid(torch.stack(values), (axis, "split", "metric", "quantity"), (tuple(params), tuple(ev.splits), METRICS, QUANTITIES), meta)
-    return Sweep(grid)
+    return Sweep(torch.stack(values), axis, tuple(params), tuple(ev.splits), meta)
 
 
 def rank_sweep(
@@ -244,14 +266,14 @@ def rank_sweep(
     reference: str | None = None,
     n_boot: int = 1000,
     seed: int = 0,
-    progress: bool = False,
+    progress: bool = True,
 ) -> Sweep:
     """faithfulness of svd(..., rank=r) for each r in `ranks` (default 1..d_head); one SVD fit."""
     ranks = list(ranks) if ranks is not None else list(range(1, model.cfg.d_head + 1))
     for r in ranks:
-        if not isinstance(r, int) or not 1 <= r <= model.cfg.d_head:
-            raise ValueError(f"rank={r!r} is out of range: choose 1..d_head={model.cfg.d_head}")
-    fit = _fit_svd(model, heads, data, basis, center)
+        if isinstance(r, bool) or not isinstance(r, int) or not 1 <= r <= model.cfg.d_head:
+            raise InterpError(f"rank={r!r} is out of range: choose 1..d_head={model.cfg.d_head}")
+    fit = fit_svd(model, heads, data, basis=basis, center=center)
     ev = _Evaluator(model, fit.heads, splits, reference=reference, n_boot=n_boot, seed=seed)
     return _sweep(ev, "rank", ranks, fit.at, progress)
 
@@ -266,29 +288,27 @@ def k_sweep(
     seed: int = 0,
     reference: str | None = None,
     n_boot: int = 1000,
-    progress: bool = False,
+    progress: bool = True,
 ) -> Sweep:
     """faithfulness of kmeans(..., k=k) for each k in `ks`; the vectors are collected once."""
-    heads = _heads(model, heads)
-    q, k_vecs = collect(model, heads, data)
+    fit = fit_kmeans(model, heads, data, seed=seed)
     for k in ks:
-        _check_k(k, q.shape[1])
-    fitted = _describe_fit(model, data, q.shape[1])
-    kv = _kv_heads(model, heads)
-    ev = _Evaluator(model, heads, splits, reference=reference, n_boot=n_boot, seed=seed)
-    return _sweep(ev, "k", list(ks), lambda k: _fit_kmeans(model, heads, kv, q, k_vecs, k, seed, fitted), progress)
+        fit.check(k)
+    ev = _Evaluator(model, fit.heads, splits, reference=reference, n_boot=n_boot, seed=seed)
+    return _sweep(ev, "k", list(ks), fit.at, progress)
 
 
 # ---------------------------------------------------------------------------------------------
 # attention views
 
 
+@result
 @dataclass(frozen=True)
 class AttentionComparison:
     """Attention of one head on one row, original and simplified: patterns [2, dest, src].
 
     `interp.plot.attention(c.patterns, c.tokens, head_names=c.names)` shows it in circuitsvis;
-    `interp.plot.render(c)` draws the two as heatmaps.
+    `interp.plot.render(c)` draws the two as heatmaps side by side (via `to_grid()`).
     """
 
     patterns: Float[Tensor, "two dest src"]
@@ -296,14 +316,30 @@ class AttentionComparison:
     names: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", tuple(self.tokens))
+        object.__setattr__(self, "names", tuple(self.names))
+        n = len(self.tokens)
+        if self.patterns.shape != (len(self.names), n, n):
+            raise InterpError(f"patterns have shape {tuple(self.patterns.shape)}, expected ({len(self.names)}, {n}, {n}) "
+                              "for the names and tokens given")
+
+    def to_grid(self) -> Grid:
+        """[method, dest, src]: one heatmap per entry of `names` (ticks: position and token)."""
+        ticks = tuple(f"{i} {t}" for i, t in enumerate(self.tokens))  # unique, so repeated tokens keep their own row
+        meta = {**self.meta, "title": f"attention of head {self.meta.get('head', '')}", "metric": "attention"}
+        return Grid(self.patterns, ("method", "dest", "src"), (self.names, ticks, ticks), meta)
+
 
 def compare_attention(model, simplifier: Simplifier, tokens: Int[Tensor, " pos"], head: tuple[int, int]) -> AttentionComparison:
     """The original and simplified attention of `head` (one of the simplifier's) on one row."""
     if tuple(head) not in simplifier.heads:
-        raise ValueError(f"head {tuple(head)} is not simplified by this simplifier (heads {simplifier.heads})")
+        raise InterpError(f"head {tuple(head)} is not simplified by this simplifier (heads {simplifier.heads})")
+    if tokens.ndim != 1:
+        raise InterpError(f"tokens must be one row [pos], got shape {tuple(tokens.shape)}")
     rows = Rows(tokens[None], torch.full_like(tokens[None], IGNORE), torch.tensor([len(tokens)]))
     heads = (tuple(head),)
     a = _run(model, rows, heads, []).pattern[0][0, 0]
-    b = _run(model, rows, heads, simplifier.hooks(model)).pattern[0][0, 0]
+    b = _run(model, rows, heads, [simplifier]).pattern[0][0, 0]
     strs = tuple(str(t) for t in model.to_str_tokens(tokens))
     return AttentionComparison(torch.stack([a, b]), strs, ("original", simplifier.describe()), {"head": list(head)})

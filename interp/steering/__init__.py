@@ -1,7 +1,7 @@
 """Axes and the steering generator: add, flip, remove or set a direction while generating.
 
-    axis = steering.axis_from_contrast(model, singular, plural, site="blocks.2.hook_resid_pre")
-    gen = steering.generate(model, prompts, [steering.Intervention(axis, "flip")], max_new_tokens=8)
+    axis = steering.axis_from_contrast(model, singular, plural, site="resid_pre", layer=2)
+    gen = steering.generate(model, prompts, [steering.Steer(axis, "flip")], max_new_tokens=8)
     gen.completions, gen.projections        # texts, and (h - mean) . u at every step
     grid = steering.curve(model, task, axis, [0, 0.5, 1], mode="flip")   # dose-response Grid
 
@@ -19,31 +19,35 @@ Vocabulary, fixed once (h: the activation at the axis's site, a [d_model] vector
                set:          h + (proj_mean + s proj_std - c) u   (s in natural standard deviations)
     strength 0 is the identity for add, flip and project_out.
 
-Three layers, as everywhere in interp: `apply` and `projection` are pure tensor functions,
-`steering_hook` builds a TransformerLens hook, and `generate` / `curve` / `axis_from_contrast` /
-`repro` run the model. `Axis` and `Intervention` are frozen dataclasses (interventions are data);
-an Axis saves to safetensors + JSON. Files: `axes.py` (data and pure functions), `generate.py`
-(hook, generator, model-running analyses), `study.py` (grammar judging, `repro`, the demo).
+Sites use the one vocabulary of `interp.sites`: a short name with a layer ("resid_pre", 2) or a
+full hook name ("blocks.2.hook_resid_pre"); steering acts on residual-width sites only.
+
+Layers, as everywhere in interp: `apply` and `projection` are pure tensor functions; `Steer`
+(an axis, a mode, a strength and optionally the [batch, pos] positions to steer) is a frozen
+intervention on the protocol of `interp.interventions`, so `interp.run` applies it like any other;
+`generate` / `curve` / `axis_from_contrast` run the model. `Axis` and `Generation` are results
+(`interp.results.save` / `load`). Files: `axes.py` (data and pure functions), `generate.py`
+(generator and model-running analyses). The SVA study behind `interp repro steering` lives in
+`interp.studies.steering`.
 
 The generator keeps its own greedy/sampling loop over the bridge's forward pass with a Hugging
-Face KV cache: the prompt runs once, then each step feeds one new token per row. Prompts of
-different lengths are left-padded, with an attention mask and explicit position ids, so a row's
-positions (and so its outputs) are the same as when it runs alone. TransformerLens 4.3's bridge
-looks for the cache under `past_key_values` / `layer_past`, but transformers 5 hands it to the
-attention layers as `cache`; `TransformerBridge.generate` therefore decodes with an empty cache
-here (its cached output differs from its uncached output). `interp.model.kv_cache_kwargs` passes the cache under
-both names, and `generate` checks after the prompt step that the cache really holds the prompt.
+Face KV cache: the prompt runs once, then each step feeds one new token per row, each forward under
+`interp.run.intervened` with Steers built for that step (`start` = the new token's position).
+Prompts of different lengths are left-padded, with an attention mask and explicit position ids, so
+a row's positions (and so its outputs) are the same as when it runs alone. TransformerLens 4.3's
+bridge looks for the cache under `past_key_values` / `layer_past`, but transformers 5 hands it to
+the attention layers as `cache`; `TransformerBridge.generate` therefore decodes with an empty cache
+here (its cached output differs from its uncached output). `interp.model.kv_cache_kwargs` passes
+the cache under both names, and `generate` checks after the prompt step that the cache really
+holds the prompt.
 """
 
 from interp.steering.axes import (
-    MODES, Axis, Comparison, Generation, Intervention, apply, axis_from_core, axis_from_vector, projection,
-    random_axis, site_name,
+    MODES, Axis, Generation, Steer, apply, axis_from_core, axis_from_vector, projection, random_axis,
 )
-from interp.steering.generate import POSITIONS, axis_from_contrast, curve, encode, generate, steering_hook
-from interp.steering.study import compare, demo_section, head_number, judge_continuation, repro, study
+from interp.steering.generate import POSITIONS, axis_from_contrast, curve, encode, generate, last_activations
 
 __all__ = [
-    "MODES", "POSITIONS", "Axis", "Comparison", "Generation", "Intervention", "apply", "axis_from_contrast",
-    "axis_from_core", "axis_from_vector", "compare", "curve", "demo_section", "encode", "generate", "head_number",
-    "judge_continuation", "projection", "random_axis", "repro", "site_name", "steering_hook", "study",
+    "MODES", "POSITIONS", "Axis", "Generation", "Steer", "apply", "axis_from_contrast", "axis_from_core",
+    "axis_from_vector", "curve", "encode", "generate", "last_activations", "projection", "random_axis",
 ]

@@ -8,6 +8,7 @@ word vocabulary (`words(...)` / `WORDS`) and `tokenizer(...)`; ids 0-4 are the s
 """
 
 from __future__ import annotations
+from interp.errors import InterpError
 
 from typing import Any
 
@@ -32,9 +33,9 @@ def make(name: str, *, split: str, n: int | None = None, seed: int = 0, **kwargs
     with `seed` while the process stays fixed.
     """
     if name not in SPLITS:
-        raise ValueError(f"unknown task {name!r}; valid: {', '.join(SPLITS)}")
+        raise InterpError(f"unknown task {name!r}; valid: {', '.join(SPLITS)}")
     if split not in SPLITS[name]:
-        raise ValueError(f"split={split!r} is not a {name} split; valid: {', '.join(SPLITS[name])}")
+        raise InterpError(f"split={split!r} is not a {name} split; valid: {', '.join(SPLITS[name])}")
     if name == "modular":
         return modular.modular_addition(split=split, n=n, seed=seed, **kwargs)
     count = DEFAULT_N if n is None else n

@@ -16,6 +16,10 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp.errors import InterpError
+
+__all__ = ["BOS_ID", "EOS_ID", "MASK_ID", "PAD_ID", "SPECIALS", "UNK_ID", "Task", "pad_rows", "word_tokenizer"]
+
 SPECIALS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[MASK]")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID = range(len(SPECIALS))
 
@@ -36,7 +40,7 @@ class Task:
 
     def __post_init__(self) -> None:
         if self.clean.shape != self.corrupt.shape:
-            raise ValueError(
+            raise InterpError(
                 f"Task {self.name}/{self.split}: clean {tuple(self.clean.shape)} and corrupt "
                 f"{tuple(self.corrupt.shape)} must have the same shape [batch, pos]"
             )
@@ -44,14 +48,14 @@ class Task:
         for what in ("correct", "incorrect", "answer_pos"):
             got = getattr(self, what)
             if got.shape != (n,):
-                raise ValueError(
+                raise InterpError(
                     f"Task {self.name}/{self.split}: {what} has shape {tuple(got.shape)}, "
                     f"expected ({n},) to match clean {tuple(self.clean.shape)}"
                 )
         if len(self.text) != n:
-            raise ValueError(f"Task {self.name}/{self.split}: {len(self.text)} texts for {n} rows")
+            raise InterpError(f"Task {self.name}/{self.split}: {len(self.text)} texts for {n} rows")
         if n and int(self.answer_pos.max()) >= self.clean.shape[1]:
-            raise ValueError(
+            raise InterpError(
                 f"Task {self.name}/{self.split}: answer_pos {int(self.answer_pos.max())} is past "
                 f"the last position {self.clean.shape[1] - 1}"
             )
@@ -91,7 +95,7 @@ def pad_rows(rows: Sequence[Sequence[int]], length: int | None = None) -> Int[Te
     out = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
     for i, r in enumerate(rows):
         if len(r) > width:
-            raise ValueError(f"row {i} has {len(r)} tokens, longer than the pad length {width}")
+            raise InterpError(f"row {i} has {len(r)} tokens, longer than the pad length {width}")
         out[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
     return out
 
@@ -108,9 +112,9 @@ def word_tokenizer(words: Sequence[str]):
     vocab: dict[str, int] = {s: i for i, s in enumerate(SPECIALS)}
     for w in words:
         if w in vocab:
-            raise ValueError(f"word {w!r} appears twice in the vocabulary (or is a special token)")
+            raise InterpError(f"word {w!r} appears twice in the vocabulary (or is a special token)")
         if not w or any(c.isspace() for c in w):
-            raise ValueError(f"word {w!r} is empty or contains whitespace")
+            raise InterpError(f"word {w!r} is empty or contains whitespace")
         vocab[w] = len(vocab)
     core = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

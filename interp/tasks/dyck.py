@@ -41,7 +41,11 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 
+from interp.errors import InterpError
+
 from .base import BOS_ID, EOS_ID, Task, pad_rows, word_tokenizer
+
+__all__ = ["FIRST_ID", "IGNORE", "SPLITS", "close_id", "closing_targets", "dyck", "is_close", "is_open", "max_depth", "open_id", "pool", "sequences", "skeleton", "tokenizer", "words"]
 
 SPLITS = ("train", "seen_struct", "unseen_struct", "unseen_depth")
 FIRST_ID = 5  # first non-special id
@@ -142,7 +146,7 @@ def dyck(
     """
     _check(n=n, split=split, k=k, m=m, pool_size=pool_size, max_len=max_len)
     if k < 2:
-        raise ValueError(f"k={k}: a corrupt prefix changes a bracket's type, so dyck() needs k >= 2")
+        raise InterpError(f"k={k}: a corrupt prefix changes a bracket's type, so dyck() needs k >= 2")
     rng = random.Random(f"dyck/task/{split}/{seed}")
     clean, corrupt, correct, incorrect, depths = [], [], [], [], []
     while len(clean) < n:
@@ -211,7 +215,7 @@ def _draw(rng: random.Random, split: str, k: int, m: int, seed: int, size: int, 
             seq = _typed(rng, skel, k)
             if _reserved(seq) == want_reserved:
                 return seq
-    raise ValueError(
+    raise InterpError(
         f"could not draw a {split!r} sequence with k={k}, m={m}, pool_size={size}, "
         f"max_len={max_len}: the pool covers (almost) every skeleton; lower pool_size or raise max_len"
     )
@@ -271,7 +275,7 @@ def _pool(m: int, seed: int, size: int, max_len: int) -> tuple[tuple[str, ...], 
             order.append(skel)
             if len(order) == size:
                 return tuple(order), frozenset(seen)
-    raise ValueError(
+    raise InterpError(
         f"pool_size={size}: found only {len(order)} distinct skeletons with depth <= m={m} and "
         f"length <= max_len={max_len}; lower pool_size or raise m/max_len"
     )
@@ -279,18 +283,18 @@ def _pool(m: int, seed: int, size: int, max_len: int) -> tuple[tuple[str, ...], 
 
 def _check_k(k: int) -> None:
     if k < 1:
-        raise ValueError(f"k={k}: the number of bracket types must be >= 1")
+        raise InterpError(f"k={k}: the number of bracket types must be >= 1")
 
 
 def _check(*, n: int, split: str, k: int, m: int, pool_size: int, max_len: int) -> None:
     _check_k(k)
     if m < 1:
-        raise ValueError(f"m={m}: the maximum depth must be >= 1")
+        raise InterpError(f"m={m}: the maximum depth must be >= 1")
     if n < 1:
-        raise ValueError(f"n={n}: the number of examples must be >= 1")
+        raise InterpError(f"n={n}: the number of examples must be >= 1")
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a dyck split; valid: {', '.join(SPLITS)}")
+        raise InterpError(f"split={split!r} is not a dyck split; valid: {', '.join(SPLITS)}")
     if pool_size < 1:
-        raise ValueError(f"pool_size={pool_size}: must be >= 1")
+        raise InterpError(f"pool_size={pool_size}: must be >= 1")
     if max_len < 2:
-        raise ValueError(f"max_len={max_len}: must be >= 2 (one pair of brackets)")
+        raise InterpError(f"max_len={max_len}: must be >= 2 (one pair of brackets)")

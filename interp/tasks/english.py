@@ -36,7 +36,11 @@ from typing import Any, Sequence
 
 import torch
 
+from interp.errors import InterpError
+
 from .base import BOS_ID, EOS_ID, MASK_ID, SPECIALS, Task, pad_rows, word_tokenizer
+
+__all__ = ["ADVERBS", "DETERMINERS", "MAX_WORDS", "PREPOSITIONS", "SPLITS_IOI", "SPLITS_SVA", "TEST_NAMES", "TRAIN_NAMES", "WORDS", "agreement_errors", "corpus", "encode", "filler", "ioi", "judge", "noun_number", "prefixes", "sva", "tokenizer", "verb_number", "words"]
 
 SPLITS_SVA = ("sva_id", "sva_attractor_mismatch")
 SPLITS_IOI = ("train", "test")
@@ -131,7 +135,7 @@ def encode(sentences: Sequence[str]) -> list[list[int]]:
     for s in sentences:
         unknown = [w for w in s.split() if w not in _ID]
         if unknown:
-            raise ValueError(f"word {unknown[0]!r} in {s!r} is not in the vocabulary (english.WORDS)")
+            raise InterpError(f"word {unknown[0]!r} in {s!r} is not in the vocabulary (english.WORDS)")
         out.append([BOS_ID, *(_ID[w] for w in s.split()), EOS_ID])
     return out
 
@@ -252,9 +256,9 @@ def corpus(
     split asks whether the IOI mechanism generalises to names it was not trained on."""
     _check_n(n)
     if not 0 <= attractor_match <= 1:
-        raise ValueError(f"attractor_match={attractor_match} must lie in [0, 1]")
+        raise InterpError(f"attractor_match={attractor_match} must lie in [0, 1]")
     if len(mix) != 3 or min(mix) < 0 or abs(sum(mix) - 1) > 1e-6:
-        raise ValueError(f"mix={mix} must be three non-negative fractions (sva, ioi, filler) summing to 1")
+        raise InterpError(f"mix={mix} must be three non-negative fractions (sva, ioi, filler) summing to 1")
     rng = random.Random(f"english/corpus/{seed}")
     out = []
     for _ in range(n):
@@ -297,7 +301,7 @@ def sva(n: int, *, split: str = "sva_id", seed: int = 0, masked: bool = False) -
     """
     _check_n(n)
     if split not in SPLITS_SVA:
-        raise ValueError(f"split={split!r} is not an sva split; valid: {', '.join(SPLITS_SVA)}")
+        raise InterpError(f"split={split!r} is not an sva split; valid: {', '.join(SPLITS_SVA)}")
     rng = random.Random(f"english/sva/{split}/{seed}")
     bucket, kinds = ("id", ("none", "pp", "rc")) if split == "sva_id" else ("mismatch", ("pp", "rc"))
     rows, kind_of = [], []
@@ -320,7 +324,7 @@ def ioi(n: int, *, split: str = "train", seed: int = 0) -> Task:
     `test` only TEST_NAMES."""
     _check_n(n)
     if split not in SPLITS_IOI:
-        raise ValueError(f"split={split!r} is not an ioi split; valid: {', '.join(SPLITS_IOI)}")
+        raise InterpError(f"split={split!r} is not an ioi split; valid: {', '.join(SPLITS_IOI)}")
     names = TRAIN_NAMES if split == "train" else TEST_NAMES
     rng = random.Random(f"english/ioi/{split}/{seed}")
     rows = []
@@ -409,4 +413,4 @@ def agreement_errors(sentence: str) -> int:
 
 def _check_n(n: int) -> None:
     if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
+        raise InterpError(f"n={n} must be >= 1")

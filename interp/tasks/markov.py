@@ -25,7 +25,11 @@ import torch
 from jaxtyping import Complex, Float, Int
 from torch import Tensor
 
+from interp.errors import InterpError
+
 from .base import BOS_ID, Task, word_tokenizer
+
+__all__ = ["FIRST_ID", "MarkovChain", "SPLITS", "markov", "random_chain", "sample", "state_id", "tokenizer", "true_next_dist", "words"]
 
 SPLITS = ("train", "test")
 FIRST_ID = 5
@@ -43,13 +47,13 @@ class MarkovChain:
     def __post_init__(self) -> None:
         p = self.transition
         if p.ndim != 2 or p.shape[0] != p.shape[1]:
-            raise ValueError(f"transition has shape {tuple(p.shape)}; expected a square [n, n] matrix")
+            raise InterpError(f"transition has shape {tuple(p.shape)}; expected a square [n, n] matrix")
         if p.shape[0] < 2:
-            raise ValueError(f"transition is {tuple(p.shape)}: a chain needs n >= 2 states")
+            raise InterpError(f"transition is {tuple(p.shape)}: a chain needs n >= 2 states")
         p = p.detach().to(torch.float64)
         sums = p.sum(-1)
         if (p < 0).any() or not torch.allclose(sums, torch.ones_like(sums), atol=1e-6):
-            raise ValueError(
+            raise InterpError(
                 f"transition is not row-stochastic: entries must be >= 0 and rows sum to 1, "
                 f"got row sums {[round(s, 6) for s in sums.tolist()]} and min entry {p.min().item():.3g}"
             )
@@ -106,7 +110,7 @@ def random_chain(n: int = 4, *, seed: int = 0, concentration: float = 0.5) -> Ma
     """
     _check_states(n)
     if concentration <= 0:
-        raise ValueError(f"concentration={concentration} must be > 0")
+        raise InterpError(f"concentration={concentration} must be > 0")
     rng = random.Random(f"markov/chain/{seed}")
     for _ in range(1000):
         draws = [[rng.gammavariate(concentration, 1.0) for _ in range(n)] for _ in range(n)]
@@ -116,7 +120,7 @@ def random_chain(n: int = 4, *, seed: int = 0, concentration: float = 0.5) -> Ma
         chain = MarkovChain(p, seed)
         if chain.nonunit_eigenvalues.abs().max() >= _MIN_TOP:
             return chain
-    raise ValueError(
+    raise InterpError(
         f"concentration={concentration}: no chain over n={n} states with a non-unit eigenvalue of "
         f"modulus >= {_MIN_TOP} in 1000 draws; use a smaller concentration"
     )
@@ -125,7 +129,7 @@ def random_chain(n: int = 4, *, seed: int = 0, concentration: float = 0.5) -> Ma
 def sample(chain: MarkovChain, n_seqs: int, length: int, *, seed: int = 0) -> list[list[int]]:
     """`n_seqs` rows ``BOS x1 .. x_length`` (token ids), x1 from the stationary distribution."""
     if n_seqs < 1:
-        raise ValueError(f"n_seqs={n_seqs} must be >= 1")
+        raise InterpError(f"n_seqs={n_seqs} must be >= 1")
     _check_length(length)
     states = _walk(chain, n_seqs, length, torch.Generator().manual_seed(seed))
     return [[BOS_ID, *row] for row in (states + FIRST_ID).tolist()]
@@ -134,10 +138,10 @@ def sample(chain: MarkovChain, n_seqs: int, length: int, *, seed: int = 0) -> li
 def markov(n: int, *, chain: MarkovChain, length: int = 32, split: str = "train", seed: int = 0) -> Task:
     """`n` next-state examples; see the module docstring. `meta["transition"]` is the matrix."""
     if n < 1:
-        raise ValueError(f"n={n} must be >= 1")
+        raise InterpError(f"n={n} must be >= 1")
     _check_length(length)
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a markov split; valid: {', '.join(SPLITS)}")
+        raise InterpError(f"split={split!r} is not a markov split; valid: {', '.join(SPLITS)}")
     digest = hashlib.blake2b(f"markov/{split}/{seed}".encode(), digest_size=8).digest()
     g = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
     want = SPLITS.index(split)
@@ -149,7 +153,7 @@ def markov(n: int, *, chain: MarkovChain, length: int = 32, split: str = "train"
         if len(kept) == n:
             break
     else:
-        raise ValueError(f"length={length}: too few distinct rows to fill split {split!r} with n={n}")
+        raise InterpError(f"length={length}: too few distinct rows to fill split {split!r} with n={n}")
     p = chain.transition.tolist()  # plain floats: fast indexing in the loop below
     clean, corrupt, correct, incorrect = [], [], [], []
     for row in kept:
@@ -185,7 +189,7 @@ def true_next_dist(chain: MarkovChain, tokens: Int[Tensor, "batch pos"]) -> Floa
     bad = ~is_state & (tokens != BOS_ID)
     if bad.any():
         b, pos = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(
+        raise InterpError(
             f"tokens[{b}, {pos}] = {int(tokens[b, pos])} is neither BOS ({BOS_ID}) nor a state id "
             f"{FIRST_ID}..{FIRST_ID + chain.n - 1}"
         )
@@ -213,9 +217,9 @@ def _bucket(states: list[int]) -> int:
 
 def _check_states(n: int) -> None:
     if n < 2:
-        raise ValueError(f"n={n}: a chain needs n >= 2 states")
+        raise InterpError(f"n={n}: a chain needs n >= 2 states")
 
 
 def _check_length(length: int) -> None:
     if length < 2:
-        raise ValueError(f"length={length} must be >= 2 states per row")
+        raise InterpError(f"length={length} must be >= 2 states per row")

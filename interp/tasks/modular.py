@@ -18,7 +18,11 @@ import random
 
 import torch
 
+from interp.errors import InterpError
+
 from .base import BOS_ID, Task, word_tokenizer
+
+__all__ = ["EQUALS", "FIRST_ID", "SPLITS", "equals_id", "modular_addition", "number_id", "split_pairs", "tokenizer", "words"]
 
 SPLITS = ("train", "test")
 FIRST_ID = 5
@@ -37,7 +41,7 @@ def tokenizer(p: int = 113):
 def number_id(p: int, x: int) -> int:
     """Token id of the number x (0 <= x < p)."""
     if not 0 <= x < p:
-        raise ValueError(f"x={x} is not a residue mod p={p}; allowed 0..{p - 1}")
+        raise InterpError(f"x={x} is not a residue mod p={p}; allowed 0..{p - 1}")
     return FIRST_ID + x
 
 
@@ -72,10 +76,10 @@ def modular_addition(
     pairs = split_pairs(p=p, split=split, train_frac=train_frac, seed=seed)
     if n is not None:
         if not 1 <= n <= len(pairs):
-            raise ValueError(f"n={n}: split {split!r} has {len(pairs)} pairs; use 1..{len(pairs)} or None")
+            raise InterpError(f"n={n}: split {split!r} has {len(pairs)} pairs; use 1..{len(pairs)} or None")
         pairs = pairs[:n]
     if not pairs:
-        raise ValueError(f"train_frac={train_frac} leaves split {split!r} empty for p={p}")
+        raise InterpError(f"train_frac={train_frac} leaves split {split!r} empty for p={p}")
     rng = random.Random(f"modular/corrupt/{split}/{seed}")
     eq = equals_id(p)
     clean, corrupt, correct, incorrect = [], [], [], []
@@ -102,14 +106,14 @@ def modular_addition(
 
 def _check_p(p: int) -> None:
     if p < 3:
-        raise ValueError(f"p={p} is too small; need a prime p >= 3")
+        raise InterpError(f"p={p} is too small; need a prime p >= 3")
     if any(p % d == 0 for d in range(2, int(p**0.5) + 1)):
-        raise ValueError(f"p={p} is not prime; use a prime such as 113")
+        raise InterpError(f"p={p} is not prime; use a prime such as 113")
 
 
 def _check(p: int, split: str, train_frac: float) -> None:
     _check_p(p)
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} is not a modular split; valid: {', '.join(SPLITS)}")
+        raise InterpError(f"split={split!r} is not a modular split; valid: {', '.join(SPLITS)}")
     if not 0 < train_frac < 1:
-        raise ValueError(f"train_frac={train_frac} must lie strictly between 0 and 1")
+        raise InterpError(f"train_frac={train_frac} must lie strictly between 0 and 1")

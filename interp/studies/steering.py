@@ -1,24 +1,36 @@
-"""Judging generated verbs with the synthetic grammar, side-by-side comparisons, the toy-scale
-study behind `interp repro steering`, and the demo section."""
+"""The SVA number axis flipped during free generation, at toy scale: `interp repro steering` and
+the demo section, with the grammar-specific helpers they use (judging generated verbs against the
+synthetic English of `interp.tasks.english`, side-by-side comparisons with verbs tagged).
+
+Built from public names of `interp.steering` only. See docs/steering.md for the study and numbers.
+"""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
-from interp.results import Grid
-from interp.steering.axes import Axis, Comparison, Generation, Intervention, axis_from_core, projection, random_axis
-from interp.steering.generate import _last_activations, axis_from_contrast, curve, generate
+from interp.errors import InterpError
+from interp.results import Grid, Heading, result, stack
+from interp.steering import (
+    Axis, Generation, Steer, axis_from_contrast, axis_from_core, curve, generate, last_activations, projection,
+    random_axis,
+)
+from interp.tasks import english
+
+__all__ = [
+    "Comparison", "compare", "core_axis", "demo_section", "dev_prefixes", "head_number", "judge_continuation",
+    "repro", "study", "sva_contrast",
+]
 
 
 def head_number(prefix: str) -> str | None:
     """Grammatical number of a prefix's head noun ("the keys to the cabinet" -> "pl")."""
-    from interp.tasks import english
-
     words = prefix.split()
     return english.noun_number(words[1]) if len(words) > 1 else None
 
@@ -29,8 +41,6 @@ def judge_continuation(prefix: str, completion: str) -> dict[str, Any]:
     Returns {"pairs": [(subject, verb, agrees)], "agree": all agree, "flipped": all disagree,
     "terminated": the sentence reached "."}; agree and flipped are False when no verb was found.
     """
-    from interp.tasks import english
-
     sentence = completion.split(" .")[0].split(".")[0].strip()
     before = english.judge(prefix)["pairs"]
     after = english.judge(f"{prefix} {sentence}".strip())["pairs"]
@@ -41,12 +51,9 @@ def judge_continuation(prefix: str, completion: str) -> dict[str, Any]:
 
 
 def _tags(prefix: str, completion: str) -> tuple[str, ...]:
-    from interp.tasks import english
-
     number = head_number(prefix)
-    words = completion.split()
     tags, seen_verb = [], False
-    for w in words:
+    for w in completion.split():
         n = english.verb_number(w)
         if n is None or seen_verb or number is None:
             tags.append("")
@@ -56,7 +63,39 @@ def _tags(prefix: str, completion: str) -> tuple[str, ...]:
     return tuple(tags)
 
 
-def compare(model, prompts: Sequence[str], interventions: Intervention | Sequence[Intervention], *,
+def _tagged(text: str, tags: Sequence[str]) -> str:
+    words = text.split()
+    return " ".join(f"{w}[{t}]" if t else w for w, t in zip(words, list(tags) + [""] * (len(words) - len(tags))))
+
+
+@result
+@dataclass(frozen=True)
+class Comparison:
+    """Unsteered and steered continuations of the same prompts, for side-by-side display.
+
+    tags mark each word of a continuation: "agree" (a verb agreeing with the prompt subject's
+    number), "flip" (a verb agreeing with the opposite number) or "" (anything else).
+    """
+
+    prompts: tuple[str, ...]
+    unsteered: tuple[str, ...]
+    steered: tuple[str, ...]
+    unsteered_tags: tuple[tuple[str, ...], ...]
+    steered_tags: tuple[tuple[str, ...], ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dataframe(self):
+        """A table prompt / unsteered / steered; a tagged main verb reads "are[flip]" or "is[agree]"."""
+        import pandas as pd
+
+        return pd.DataFrame({
+            "prompt": list(self.prompts),
+            "unsteered": [_tagged(t, g) for t, g in zip(self.unsteered, self.unsteered_tags)],
+            "steered": [_tagged(t, g) for t, g in zip(self.steered, self.steered_tags)],
+        })
+
+
+def compare(model, prompts: Sequence[str], interventions: Steer | Sequence[Steer], *,
             max_new_tokens: int = 8) -> Comparison:
     """Greedy unsteered and steered continuations side by side, main verbs tagged."""
     plain = generate(model, prompts, (), max_new_tokens=max_new_tokens, record=False)
@@ -71,10 +110,8 @@ def compare(model, prompts: Sequence[str], interventions: Intervention | Sequenc
 # the toy-scale study: `interp repro steering`
 
 
-def _sva_contrast(n: int, exclude: set[str], seed: int) -> tuple[list[str], list[str]]:
+def sva_contrast(n: int, exclude: set[str], seed: int) -> tuple[list[str], list[str]]:
     """Singular-head and plural-head subject phrases from the sva_id split, minus `exclude`."""
-    from interp.tasks import english
-
     task = english.sva(n, split="sva_id", seed=seed)
     sg, pl = [], []
     for text in task.text:
@@ -84,11 +121,10 @@ def _sva_contrast(n: int, exclude: set[str], seed: int) -> tuple[list[str], list
     return sg, pl
 
 
-def _core_axis(model, site: str, sg: list[str], pl: list[str], exclude: set[str]) -> tuple[Axis, str]:
-    """A 1-D core at `site`: interp.cores' ACE extraction (k=1) when that module exists, else the
-    top principal direction of the contrast activations (a 1-D PCA core). Rows in `exclude` are dropped."""
-    from interp.tasks import english
-
+def core_axis(model, site: str, sg: list[str], pl: list[str], exclude: set[str]) -> tuple[Axis, str]:
+    """A 1-D core at `site`: interp.cores' ACE extraction (k=1) when that module works, else the
+    top principal direction of the contrast activations (a 1-D PCA core), and a sentence saying
+    which. Rows in `exclude` are dropped."""
     try:
         from interp import cores
 
@@ -98,15 +134,15 @@ def _core_axis(model, site: str, sg: list[str], pl: list[str], exclude: set[str]
         return axis_from_core(core), "interp.cores.extract(method='ace', k=1)"
     except Exception as err:  # cores is another module, still moving: fall back, and say why in the result
         reason = f"{type(err).__name__}: {err}"
-    x = torch.cat([_last_activations(model, sg, site), _last_activations(model, pl, site)])
+    x = torch.cat([last_activations(model, sg, site=site), last_activations(model, pl, site=site)])
     mean = x.mean(0)
     _, _, vh = torch.linalg.svd(x - mean, full_matrices=False)
     return Axis(vh[0], mean, site, meta={"method": "pca_1d"}), f"1-D PCA of the contrast activations (interp.cores failed: {reason})"
 
 
-def _flip_strength(model, site: str, axis: Axis, task) -> float:
-    """Fraction of dev examples whose two-way verb choice inverts under a full flip at `site`."""
-    grid = curve(model, task, axis, [1.0], mode="flip")
+def _flip_strength(model, axis: Axis, task) -> float:
+    """Fraction of dev examples whose two-way verb choice inverts under a full flip."""
+    grid = curve(model, task, axis, [1.0], mode="flip", progress=False)
     return 1.0 - float(grid.values[0, 1])
 
 
@@ -117,50 +153,46 @@ def _rates(prefixes: Sequence[str], gen: Generation) -> dict[str, float]:
             "grammatical_rate": sum(bool(j["pairs"]) and j["terminated"] for j in judged) / n}
 
 
-def _dev_prefixes(held_out: Sequence[str], n: int, seed: int) -> list[str]:
+def dev_prefixes(held_out: Sequence[str], n: int, seed: int) -> list[str]:
     """`n` prefixes drawn like the held-out ones (another seed), none of them held out."""
-    from interp.tasks import english
-
     held = set(held_out)
     out = [p for p in english.prefixes(2 * n + len(held), seed=seed) if p not in held][:n]
     if len(out) < n:
-        raise ValueError(f"only {len(out)} dev prefixes outside the {len(held)} held-out ones; asked for {n}")
+        raise InterpError(f"only {len(out)} dev prefixes outside the {len(held)} held-out ones; asked for {n}")
     return out
 
 
 def study(model, *, n_prefixes: int = 128, n_contrast: int = 512, max_new_tokens: int = 10, seed: int = 0,
-          progress: bool = False) -> dict[str, Any]:
+          progress: bool = True) -> dict[str, Any]:
     """Flip rates of the SVA number axis on held-out prefixes for one model (see `repro`)."""
-    from interp.tasks import english
-
     prefixes = english.prefixes(n_prefixes, seed=seed)
-    sg, pl = _sva_contrast(n_contrast, set(prefixes), seed=seed + 1)
+    sg, pl = sva_contrast(n_contrast, set(prefixes), seed=seed + 1)
     dev_task = english.sva(128, split="sva_id", seed=seed + 2)
     dev_task = dev_task[[i for i, t in enumerate(dev_task.text) if t not in set(prefixes)]]
     # The site is chosen on dev prefixes by the measured quantity itself (the flip rate of free
     # generation); the next-token verb choice saturates (1.00 at several sites) and broke ties badly.
-    dev_prefixes = _dev_prefixes(prefixes, n_prefixes, seed=seed + 3)
+    dev = dev_prefixes(prefixes, n_prefixes, seed=seed + 3)
     sites = [f"blocks.{l}.hook_resid_pre" for l in range(1, model.cfg.n_layers)]
     scores, generation_scores = {}, {}
     for site in tqdm(sites, desc="choose site", disable=not progress):
         dev_axis = axis_from_contrast(model, sg, pl, site=site)
-        scores[site] = _flip_strength(model, site, dev_axis, dev_task)
-        dev_gen = generate(model, dev_prefixes, [Intervention(dev_axis, "flip")], max_new_tokens=max_new_tokens, record=False)
-        generation_scores[site] = _rates(dev_prefixes, dev_gen)["flip_rate"]
+        scores[site] = _flip_strength(model, dev_axis, dev_task)
+        dev_gen = generate(model, dev, [Steer(dev_axis, "flip")], max_new_tokens=max_new_tokens, record=False)
+        generation_scores[site] = _rates(dev, dev_gen)["flip_rate"]
     site = max(sites, key=lambda s: (generation_scores[s], scores[s], -sites.index(s)))
     axis = axis_from_contrast(model, sg, pl, site=site)
-    core, core_source = _core_axis(model, site, sg, pl, set(prefixes))
+    core, core_source = core_axis(model, site, sg, pl, set(prefixes))
     control = random_axis(axis, seed=seed)
     # equal norm: the random direction is added with the mean displacement a flip causes (2 |c|)
-    x = torch.cat([_last_activations(model, sg, site), _last_activations(model, pl, site)])
+    x = torch.cat([last_activations(model, sg, site=site), last_activations(model, pl, site=site)])
     displacement = float(2 * projection(x, axis).abs().mean())
     runs = {
         "unsteered": [],
-        "diff_means": [Intervention(axis, "flip")],
-        "core": [Intervention(core, "flip")],
-        "control_add": [Intervention(control, "add", displacement)],
-        "control_add_neg": [Intervention(control, "add", -displacement)],
-        "control_flip": [Intervention(control, "flip")],
+        "diff_means": [Steer(axis, "flip")],
+        "core": [Steer(core, "flip")],
+        "control_add": [Steer(control, "add", displacement)],
+        "control_add_neg": [Steer(control, "add", -displacement)],
+        "control_flip": [Steer(control, "flip")],
     }
     rates = {}
     for name, ivs in tqdm(runs.items(), desc="generate", disable=not progress):
@@ -190,10 +222,9 @@ def repro(progress: bool = True) -> dict[str, Any]:
     For each zoo decoder family: build the axis by difference of means (singular vs plural head
     nouns, last token of sva_id subjects) at the resid_pre site whose flip best inverts the verbs
     of free generation on dev prefixes (disjoint from the held-out ones), and a 1-D core at the
-    same site; generate greedy continuations of held-out
-    prefixes unsteered, flipped, and with a random-direction control of equal norm (added with
-    either sign); judge every generated verb with the grammar. Families not yet in the zoo are
-    listed under "missing".
+    same site; generate greedy continuations of held-out prefixes unsteered, flipped, and with a
+    random-direction control of equal norm (added with either sign); judge every generated verb
+    with the grammar. Families not yet in the zoo are listed under "missing".
     """
     from interp.model import DECODER_FAMILIES, ZOO_DIR, load
 
@@ -211,10 +242,8 @@ def repro(progress: bool = True) -> dict[str, Any]:
 
 
 def demo_section(workdir: Path) -> list[Any]:
-    """Steered against unsteered generations (main verbs highlighted) and the dose-response."""
+    """Steered against unsteered generations (main verbs tagged) and the dose-response."""
     from interp.model import DECODER_FAMILIES, ZOO_DIR, build_tiny, load
-    from interp.results import Heading, stack
-    from interp.tasks import english
 
     items: list[Any] = [Heading("Steering: flipping the subject-verb agreement axis while generating")]
     families = [f for f in DECODER_FAMILIES if (ZOO_DIR / f"lm-{f}" / "config.json").exists()]
@@ -222,7 +251,7 @@ def demo_section(workdir: Path) -> list[Any]:
         families = ["gpt2"]
         items.append("No zoo language model is shipped yet, so this runs on a random-weight model; its text is noise.")
     prefixes = english.prefixes(6, seed=5)
-    sg, pl = _sva_contrast(256, set(prefixes), seed=1)
+    sg, pl = sva_contrast(256, set(prefixes), seed=1)
     dev = english.sva(64, split="sva_id", seed=2)
     strengths = [0.0, 0.25, 0.5, 0.75, 1.0]
     curves = []
@@ -233,12 +262,14 @@ def demo_section(workdir: Path) -> list[Any]:
         site = f"blocks.{model.cfg.n_layers // 2}.hook_resid_pre"
         axis = axis_from_contrast(model, sg, pl, site=site)
         items.append(Heading(f"{spec}: flip at {site}", 3))
-        items.append(compare(model, prefixes, Intervention(axis, "flip"), max_new_tokens=8))
+        items.append("Greedy continuations; the main verb is tagged [agree] (agrees with the subject) or [flip] "
+                     "(agrees with the opposite number).")
+        items.append(compare(model, prefixes, Steer(axis, "flip"), max_new_tokens=8).to_dataframe())
         if family == families[0]:
             items.append("The projection (h - mean) . u at each generation step, read at the steered site just before "
                          "the flip acts (the flip then negates it), for three of the prompts above.")
-            items.append(generate(model, prefixes[:3], Intervention(axis, "flip"), max_new_tokens=6))
-        curves.append(curve(model, dev, axis, strengths, mode="flip"))
+            items.append(generate(model, prefixes[:3], Steer(axis, "flip"), max_new_tokens=6))
+        curves.append(curve(model, dev, axis, strengths, mode="flip", progress=False))
     grid = stack([Grid(c.values[:, 0], ("strength",), (c.labels[0],)) for c in curves], "model", families)
     items.append("Dose-response: mean logit difference (agreeing verb minus the other form) on sva_id prompts as "
                  "the flip strength goes from 0 (no change) to 1 (full reflection through the axis's midpoint).")

@@ -1,4 +1,5 @@
-"""The toy-scale reproduction (`interp repro cores`) and the demo section.
+"""Algorithmic cores (Schiffman 2026) at toy scale: the reproduction (`interp repro cores`) and the
+demo section. Built from public names of `interp.cores` only. See docs/cores.md.
 
 Site rules (fixed here so every number in the repro is reproducible):
 
@@ -16,32 +17,25 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
-from interp.cores import linalg
-from interp.cores.analysis import (
-    INTERVENTIONS, activations, align, align_coordinates, extract, fit_operator, fourier_power, matched_activations,
-    score_operator, transfer, validate,
+from interp.cores import (
+    INTERVENTIONS, Alignment, Core, Operator, ValidationBars, activations, align, align_coordinates, extract,
+    fit_operator, fourier_power, matched_activations, score_operator, transfer, validate,
 )
-from interp.cores.results import Alignment, Core, Operator
-from interp.results import Grid
+from interp.cores.linalg import principal_angles
+from interp.model import ZOO_DIR, load
+from interp.results import Grid, Heading
+
+__all__ = ["DECODERS", "MARKOV_SITE", "demo_section", "repro", "repro_markdown"]
 
 DECODERS = ("gpt2", "llama", "gemma2", "qwen2")
 MARKOV_SITE = "ln_final.hook_normalized"
-
-
-@dataclass(frozen=True)
-class ValidationBars:
-    """A validation Grid to draw as grouped bars (plot.render): one group per intervention, the
-    core beside the random-subspace control (error bar: its std over draws), for one metric."""
-
-    grid: Grid
-    metric: str = "binary_accuracy"
 
 
 def _round(x: Any, n: int = 4) -> Any:
@@ -66,14 +60,10 @@ def _validation_dict(grid: Grid) -> dict[str, Any]:
 
 
 def _zoo(name: str) -> Path:
-    from interp.model import ZOO_DIR
-
     return ZOO_DIR / name
 
 
 def _load_zoo(name: str):
-    from interp.model import load
-
     if not (_zoo(name) / "config.json").exists():
         return None
     return load(f"zoo:{name}")
@@ -114,7 +104,7 @@ def markov_section(progress: bool = True, n: int = 512) -> dict[str, Any]:
         rows = torch.tensor(markov.sample(chain, 256, 32, seed=7))
         op = fit_operator(model, core, rows, start=4)
         pairs, err = _match_eigenvalues(op.eigenvalues, true)
-        grid = validate(model, core, task, n_random=3)
+        grid = validate(model, core, task, n_random=3, progress=False)
         core_by_seed[name] = core
         out["seeds"][name] = {
             "k": core.k, "spectrum": core.spectrum[:6].tolist(),
@@ -124,7 +114,7 @@ def markov_section(progress: bool = True, n: int = 512) -> dict[str, Any]:
         }
     names = sorted(core_by_seed)
     out["principal_angles_rad"] = {
-        f"{a}|{b}": linalg.principal_angles(core_by_seed[a].basis, core_by_seed[b].basis).tolist()
+        f"{a}|{b}": principal_angles(core_by_seed[a].basis, core_by_seed[b].basis).tolist()
         for i, a in enumerate(names) for b in names[i + 1 :]
     }
     out["random_3d_subspaces_mean_cos2"] = 3 / 64  # E||U.T V||_F^2 / 3 for random 3-planes in R^64 (TL projection kernel)
@@ -132,7 +122,6 @@ def markov_section(progress: bool = True, n: int = 512) -> dict[str, Any]:
 
 
 def modular_section(progress: bool = True, top: int = 5, base: Path | None = None) -> dict[str, Any]:
-    from interp.model import load
     from interp.tasks import modular
 
     out: dict[str, Any] = {"site": "blocks.0.hook_resid_post", "checkpoints": {}}
@@ -165,7 +154,7 @@ def _scan(model, task, layers, n_random: int = 2) -> list[dict[str, Any]]:
     for layer in layers:
         site = f"blocks.{layer}.hook_resid_post"
         core = extract(model, task, site=site)
-        grid = validate(model, core, task, n_random=n_random)
+        grid = validate(model, core, task, n_random=n_random, progress=False)
         rows.append({"layer": layer, "site": site, "core": core, "grid": grid,
                      "acc": {m: float(grid.values[i, 0, 1]) for i, m in enumerate(INTERVENTIONS)}})
     return rows
@@ -274,7 +263,6 @@ def repro(progress: bool = True) -> dict[str, Any]:
 def demo_section(workdir: Path) -> list:
     """Markov spectra beside the true ones, the SVA axis alignment across families, and
     validation bars with the random control beside each (< 1 min on a CPU)."""
-    from interp.results import Heading
     from interp.tasks import english, markov
 
     items: list[Any] = [Heading("Algorithmic cores"),
@@ -301,8 +289,8 @@ def demo_section(workdir: Path) -> list:
         core = extract(model, task, site=f"blocks.{model.cfg.n_layers - 1}.hook_resid_post")
         axes[family] = _axis(core)
         if family == next(iter(models)):
-            grid = validate(model, core, task, n_random=3)
-            items.append(ValidationBars(replace(grid, meta={**grid.meta, "title": f"lm-{family} SVA core (k={core.k}) at {core.site}"})))
+            grid = validate(model, core, task, n_random=3, progress=False)
+            items.append(ValidationBars(grid, meta={"title": f"lm-{family} SVA core (k={core.k}) at {core.site}"}))
     names = list(axes)
     r2 = torch.eye(len(names))
     for i, a in enumerate(names):

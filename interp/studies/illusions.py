@@ -1,4 +1,10 @@
-"""Friedman et al.'s Dyck study at toy scale (`interp repro illusions`) and the demo section."""
+"""Friedman et al.'s Dyck study at toy scale (`interp repro illusions`) and its demo section.
+
+"Interpretability Illusions in the Generalization of Simplified Models" (ICML 2024): simplify the
+second-layer head of a Dyck-(20, 10) model (SVD of queries and keys at several ranks, k-means at
+several k, one-hot attention), fit in distribution, and measure faithfulness on seen structures,
+unseen structures and unseen depths. Built on the public API of `interp.simplify` only.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from interp.results import Grid
-from interp.simplify.core import Rows, dyck_rows
-from interp.simplify.faithfulness import METRICS, QUANTITIES, Sweep, compare_attention, faithfulness, k_sweep, rank_sweep
-from interp.simplify.simplifiers import onehot
+import interp
+from interp.results import Grid, Heading
+from interp.simplify import (
+    METRICS, QUANTITIES, Rows, Sweep, compare_attention, dyck_rows, faithfulness, k_sweep, onehot, rank_sweep,
+)
+from interp.tasks import dyck
 
+__all__ = ["DYCK_SPLITS", "REPRO_KS", "REPRO_RANKS", "demo_section", "repro"]
 
 REPRO_RANKS = (1, 2, 4, 8, 16, 32)
 REPRO_KS = (2, 4, 8, 16, 32, 64)
@@ -19,8 +28,6 @@ DYCK_SPLITS = ("seen_struct", "unseen_struct", "unseen_depth")
 
 
 def _dyck_eval(n: int, seed: int, deep: bool) -> dict[str, Rows]:
-    from interp.tasks import dyck
-
     splits = {s: dyck_rows(n, split=s, seed=seed) for s in DYCK_SPLITS}
     if deep:  # one closer per sequence, among those closing deeper than training (Task split)
         splits["unseen_depth_deep"] = Rows.of(dyck.dyck(n, split="unseen_depth", seed=seed))
@@ -56,10 +63,8 @@ def repro(progress: bool = True, *, spec: str = "zoo:dyck", n_fit: int = 1000, n
     Dyck-(20, 10) model (SVD ranks, k-means ks, one-hot), fitted on 1000 training sequences, and
     measure faithfulness on `n_eval` fresh sequences per split scored at every closing bracket
     (plus `unseen_depth_deep`: one closer per sequence closing deeper than training)."""
-    from interp.model import load as load_model
-
     start = time.time()
-    model = load_model(spec)
+    model = interp.load(spec)
     head = (model.cfg.n_layers - 1, 0)
     fit = dyck_rows(n_fit, split="train", seed=0)
     splits = _dyck_eval(n_eval, 12345, deep=True)
@@ -71,7 +76,7 @@ def repro(progress: bool = True, *, spec: str = "zoo:dyck", n_fit: int = 1000, n
     return {
         "model": spec,
         "heads": [list(head)],
-        "fit": {"split": "train", "sequences": n_fit, "vectors": svd_sweep.grid.meta["fitted_on"]["n_vectors"]},
+        "fit": {"split": "train", "sequences": n_fit, "vectors": svd_sweep.meta["fitted_on"]["n_vectors"]},
         "eval": {"sequences_per_split": n_eval, "seed": 12345, "scored": "every closing bracket (unseen_depth_deep: one deep closer per sequence)"},
         "original": {s: float(oh.values[i, acc, 0]) for i, s in enumerate(oh.labels[0])},
         "simplified": _records(svd_sweep, "svd") + _records(km_sweep, "kmeans") + _records(oh, "onehot"),
@@ -80,26 +85,19 @@ def repro(progress: bool = True, *, spec: str = "zoo:dyck", n_fit: int = 1000, n
 
 
 def _demo_model(workdir: Path) -> tuple[Any, str]:
-    from interp.model import ZOO_DIR, build_tiny
-    from interp.model import load as load_model
-    from interp.tasks import dyck
-
-    if (ZOO_DIR / "dyck" / "config.json").exists():
-        return load_model("zoo:dyck"), "zoo:dyck"
-    path = build_tiny("gpt2", workdir / "models" / "dyck-random", words=dyck.words(20), n_layers=2, d_model=32, n_heads=1, d_mlp=128)
-    return load_model(path), "a random-weight Dyck-shaped model (zoo:dyck is not trained yet)"
+    if any(card.get("name") == "dyck" for card in interp.zoo.entries()):
+        return interp.load("zoo:dyck"), "zoo:dyck"
+    path = interp.build_tiny("gpt2", workdir / "models" / "dyck-random", words=dyck.words(20), n_layers=2, d_model=32, n_heads=1, d_mlp=128)
+    return interp.load(path), "a random-weight Dyck-shaped model (zoo:dyck is not trained yet)"
 
 
 def demo_section(workdir: Path) -> list[Any]:
-    """Faithfulness against SVD rank (one line per split) and one-hot vs original attention."""
-    from interp.results import Heading
-    from interp.tasks import dyck
-
+    """Report items: faithfulness against SVD rank (one line per split) and one-hot vs original attention."""
     model, name = _demo_model(Path(workdir))
     head = (model.cfg.n_layers - 1, 0)
     fit = dyck_rows(300, split="train", seed=0)
     splits = _dyck_eval(256, 12345, deep=False)
-    sweep = rank_sweep(model, head, fit, splits, ranks=[1, 2, 4, 8, 16, 32], reference="seen_struct", n_boot=200)
+    sweep = rank_sweep(model, head, fit, splits, ranks=[1, 2, 4, 8, 16, 32], reference="seen_struct", n_boot=200, progress=False)
     oh = faithfulness(model, onehot(model, head), splits, reference="seen_struct", n_boot=200)
     keep = ["accuracy_original", "accuracy_simplified", "same_prediction", "js"]
     table = oh.to_dataframe()
