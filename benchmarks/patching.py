@@ -30,7 +30,7 @@ from timing import best_of  # benchmarks/timing.py, beside this script
 def forward_cost(model, pos: int = 20) -> tuple[float, float]:
     """(fixed seconds per forward, seconds per row-position) of one forward: the time of a 1-row,
     1-position forward, and the slope between 64 and 256 rows of `pos` positions (best of 10
-    each). Their ratio is what `interp.patching._FORWARD_COST` stands for."""
+    each). Their ratio is what `interp.run.FORWARD_COST` stands for."""
     times = {}
     for rows, n_pos in ((1, 1), (64, pos), (256, pos)):
         tokens = torch.randint(5, model.cfg.d_vocab, (rows, n_pos)).to(model.cfg.device)
@@ -61,7 +61,7 @@ def exact_rows(name, model, clean, corrupt, metric, repeats):
     _, cache = model.run_with_cache(clean)
     rows = []
     for label, site, by_pos, tl_fn in SWEEPS:
-        t_ours, ours = best_of(lambda: patching.activation_patch(model, clean, corrupt, metric, site=site, by_pos=by_pos, progress=False), repeats)
+        t_ours, ours = best_of(lambda: patching.activation_patch(model, clean, corrupt, metric=metric, site=site, by_pos=by_pos, progress=False), repeats)
         t_tl, theirs = best_of(lambda: tl_fn(model, corrupt, cache, metric), repeats)
         diff = float((ours.values - theirs.detach().cpu()).abs().max())
         rows.append((name, label, t_tl, t_ours, t_tl / t_ours, diff))
@@ -71,7 +71,7 @@ def exact_rows(name, model, clean, corrupt, metric, repeats):
 
 def attribution_row(name, model, clean, corrupt, metric, repeats):
     clean, corrupt = clean.to(model.cfg.device), corrupt.to(model.cfg.device)
-    t_ours, ours = best_of(lambda: patching.attribution_patch(model, clean, corrupt, metric, site="z"), repeats)
+    t_ours, ours = best_of(lambda: patching.attribution_patch(model, clean, corrupt, metric=metric, site="z"), repeats)
     t_tl, theirs = best_of(lambda: tl_attr.attribution_patch(model, clean, corrupt, metric), repeats)
     heads = torch.zeros_like(ours.values)
     for node, score in theirs.node_scores.items():  # TL scores heads per position; sum them
@@ -137,7 +137,7 @@ def write_results(path: Path, device: str, rows, fid, cost) -> None:
         "",
         f"One forward of the gpt2 4L d128 model (1 row x 1 position; slope from 64 to 256 rows x 20 positions): {cost[0] * 1e3:.1f} ms "
         f"fixed + {cost[1] * 1e6:.1f} us per row-position, so its fixed cost is that of {cost[0] / cost[1]:.0f} "
-        "row-positions (`interp.patching._FORWARD_COST` plans forwards with 128).",
+        "row-positions (`interp.run.FORWARD_COST` plans forwards with 128).",
         "",
         "Attribution vs exact patching (exact = patched metric minus corrupt metric), 32 prompts:",
         "",

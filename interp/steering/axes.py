@@ -76,7 +76,12 @@ class Axis:
     @classmethod
     def load(cls, path: str | Path) -> Axis:
         """`interp.results.load(path)`, checked to be an Axis."""
-        obj = results.load(path)
+        try:
+            obj = results.load(path)
+        except InterpError:
+            raise
+        except Exception as err:  # safetensors' own error type for a file that is not safetensors
+            raise InterpError(f"cannot read {path} as an interp result file: {err}") from None
         if not isinstance(obj, cls):
             raise InterpError(f"{path} holds a {type(obj).__name__}, not an interp Axis")
         return obj
