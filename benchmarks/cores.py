@@ -3,10 +3,11 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/cores.py [--spec zoo:lm-llama] [--n 256] [--record benchmarks/RESULTS.md]
 
 (1) `interp.cores.extract(method="ace")` on SVA (sva_id, n rows) at the last residual layer:
-    one forward per batch with the site made a leaf, one backward per batch, then the balanced
-    truncation. (2) The naive approach: one forward and one backward per example (the same hook,
-    the same site), then the same balanced truncation. Reports both times, the ratio, and the max
-    |difference| between the two gradient sets and between the two cores' principal angles.
+    one forward per batch (`interp.run.with_grad`), one backward per batch, then the balanced
+    truncation. (2) The naive approach: one forward and one backward per example (a plain
+    TransformerLens hook making the site a leaf; the same site), then the same balanced
+    truncation. Reports both times, the ratio, and the max |difference| between the two
+    gradient sets and between the two cores' principal angles.
 Prints a markdown section; `--record` appends it to a file.
 """
 
@@ -26,6 +27,8 @@ from interp.hooks import hooks
 from interp.metrics import logit_diff
 from interp.model import ZOO_DIR, build_tiny, load
 from interp.tasks import english
+
+BATCH = 256  # rows per batched backward in cores.extract / cores.gradients
 
 
 def _model(spec: str):
@@ -77,7 +80,7 @@ def main() -> None:
             times.append(time.perf_counter() - start)
         return min(times), out
 
-    t_batched, core = best(lambda: cores.extract(model, task, site=site))
+    t_batched, core = best(lambda: cores.extract(model, task, site=site, batch_size=BATCH))
 
     def naive():
         x, g = naive_gradients(model, task, site)
@@ -85,7 +88,7 @@ def main() -> None:
         return x, g, basis, spectrum
 
     t_naive, (x, g, basis, spectrum) = best(naive)
-    xb, gb = cores.gradients(model, task, site)
+    xb, gb = cores.gradients(model, task, site, batch_size=BATCH)
     grad_diff = float((gb - g).abs().max())
     angle = float(linalg.principal_angles(core.basis, basis[:, : core.k]).max())
     lines = [
@@ -99,7 +102,7 @@ def main() -> None:
         "",
         "| approach | seconds | per example (ms) |",
         "|---|---|---|",
-        f"| `cores.extract` (batched gradients, {cores.analysis.BATCH} rows per backward) | {t_batched:.3f} | {1000 * t_batched / args.n:.2f} |",
+        f"| `cores.extract` (batched gradients, {BATCH} rows per backward) | {t_batched:.3f} | {1000 * t_batched / args.n:.2f} |",
         f"| naive: one forward + backward per example | {t_naive:.3f} | {1000 * t_naive / args.n:.2f} |",
         "",
         f"Ratio naive / batched: **{t_naive / t_batched:.1f}x**. Max |gradient difference| {grad_diff:.2e}; "

@@ -20,8 +20,9 @@ from datetime import date
 import torch
 
 from interp import simplify as S
-from interp.simplify.simplifiers import _fit_svd
+from interp.simplify.simplifiers import fit_svd
 from interp.model import ZOO_DIR, build_tiny, load
+from interp.studies.illusions import DYCK_SPLITS
 from interp.tasks import dyck
 
 
@@ -49,14 +50,14 @@ def main() -> None:
     head = (model.cfg.n_layers - 1, 0)
     n_fit, n_eval = (100, 64) if args.quick else (1000, 512)
     fit = S.dyck_rows(n_fit, split="train", seed=0)
-    splits = {s: S.dyck_rows(n_eval, split=s, seed=12345) for s in S.DYCK_SPLITS}
+    splits = {s: S.dyck_rows(n_eval, split=s, seed=12345) for s in DYCK_SPLITS}
 
     lines = ["## simplify", "", f"{date.today()}, {platform.machine()}, {os.cpu_count()} CPUs, "
              f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; model: {name}.", ""]
     _, t_collect = _timed(lambda: S.collect(model, head, fit))
-    _, t_fit = _timed(lambda: _fit_svd(model, head, fit, "separate", True))
-    sweep, t_sweep = _timed(lambda: S.rank_sweep(model, head, fit, splits, n_boot=1000))
-    n_vec = sweep.grid.meta["fitted_on"]["n_vectors"]
+    _, t_fit = _timed(lambda: fit_svd(model, head, fit, basis="separate", center=True))
+    sweep, t_sweep = _timed(lambda: S.rank_sweep(model, head, fit, splits, n_boot=1000, progress=False))
+    n_vec = sweep.meta["fitted_on"]["n_vectors"]
     d_head = model.cfg.d_head
     lines += [
         f"Full rank sweep (ranks 1..{d_head}, {n_fit} fit sequences = {n_vec} vectors, {len(splits)} splits x "

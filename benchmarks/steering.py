@@ -9,11 +9,11 @@ Same model weights, same left-padded prompts, greedy, no early stop (every row g
 * bridge:       `TransformerBridge.generate`, unsteered, KV cache on (its default)
 * bridge_nokv:  `TransformerBridge.generate`, unsteered, use_past_kv_cache=False
 * interp:       `interp.steering.generate`, unsteered (KV cache on)
-* interp_flip:  `interp.steering.generate` with one flip intervention, projections recorded
+* interp_flip:  `interp.steering.generate` with one `Steer(axis, "flip")`, projections recorded
 
 It also reports whether each bridge/interp row's tokens equal the uncached bridge's (the
 reference): on TransformerLens 4.3 with transformers 5 the bridge's cached path decodes with an
-empty cache (see interp/steering.py), so its tokens can differ.
+empty cache (see interp/steering/__init__.py), so its tokens can differ.
 """
 
 from __future__ import annotations
@@ -27,12 +27,9 @@ import torch
 
 import interp
 from interp import steering
-from interp.steering.generate import _pad_id
-from interp.steering.study import _sva_contrast
+from interp.studies.steering import sva_contrast
 from interp.tasks import english
 from timing import best_of  # benchmarks/timing.py, beside this script
-
-
 
 
 def main() -> None:
@@ -51,9 +48,11 @@ def main() -> None:
     hf = AutoModelForCausalLM.from_pretrained(resolve(args.spec)).to(args.device).eval()
     hf.generation_config.eos_token_id = None  # generate through EOS like the others (stop_at_eos=False)
     prompts = english.prefixes(16, seed=3)
-    sg, pl = _sva_contrast(256, set(prompts), seed=1)
-    axis = steering.axis_from_contrast(bridge, sg, pl, site=2)
-    flip = steering.Intervention(axis, "flip")
+    sg, pl = sva_contrast(256, set(prompts), seed=1)
+    axis = steering.axis_from_contrast(bridge, sg, pl, site="resid_pre", layer=2)
+    flip = steering.Steer(axis, "flip")
+    tok = bridge.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id  # what steering.encode pads with
     n = args.new_tokens
     print(f"{args.spec} on {args.device}, {n} new tokens, best of {args.repeats}, torch threads {torch.get_num_threads()}")
     results = {}
@@ -62,7 +61,7 @@ def main() -> None:
         tokens, mask, _ = steering.encode(bridge, ps)
         runs = {
             "hf": lambda: hf.generate(tokens, attention_mask=mask, max_new_tokens=n, do_sample=False,
-                                      pad_token_id=_pad_id(bridge)),
+                                      pad_token_id=pad_id),
             "bridge": lambda: bridge.generate(tokens, attention_mask=mask if batch > 1 else None, max_new_tokens=n,
                                               do_sample=False, stop_at_eos=False, verbose=False),
             "bridge_nokv": lambda: bridge.generate(tokens, attention_mask=mask if batch > 1 else None, max_new_tokens=n,

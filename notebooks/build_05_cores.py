@@ -96,12 +96,14 @@ cells = [
         "            r2[i, j] = cores.align(lms[a], axes[a], lms[b], axes[b], prompts).r2_heldout\n"
         "plot.render(Grid(r2, ('model', 'other'), (tuple(families), tuple(families)), {'title': 'SVA axis alignment, held-out R²', 'metric': 'R²'}))"
     ),
-    new_markdown_cell("Cores, operators and alignments are data: they save to safetensors + JSON and load back."),
+    new_markdown_cell("Cores, operators and alignments are data: `interp.results.save` writes any result (tensors to "
+                      "safetensors, the rest as JSON) and `interp.results.load` gives it back; provenance is in `meta`."),
     new_code_cell(
         "import tempfile, pathlib\n"
-        "path = core.save(pathlib.Path(tempfile.mkdtemp()) / 'markov_core.safetensors')\n"
-        "again = cores.Core.load(path)\n"
-        "again.site, again.k, again.method, again.provenance['task']"
+        "from interp import results\n"
+        "path = results.save(core, pathlib.Path(tempfile.mkdtemp()) / 'markov_core.safetensors')\n"
+        "again = results.load(path)\n"
+        "type(again).__name__, again.site, again.k, again.method, again.meta['task']"
     ),
     new_markdown_cell("## Beside the paper's findings\n\nMeasured by `interp repro cores` on this zoo (see `docs/cores.md` for the full JSON):\n\n" + "REPRO_TABLE"),
 ]

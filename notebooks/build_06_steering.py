@@ -11,14 +11,16 @@ cells = [
         "Steering is the causal test of an axis: if reflecting the residual stream through a number axis makes "
         "the model write *the keys to the cabinet **is** …*, the axis carries the mechanism. `interp.steering` "
         "builds axes (`axis_from_contrast`, `axis_from_core`, `axis_from_vector`), applies them with a mode "
-        "(`add`, `flip`, `project_out`, `set`) at every generation step with the KV cache, and measures the "
-        "dose–response on a task (`curve`). Full study: `interp repro steering` (numbers in `docs/steering.md`)."
+        "(`add`, `flip`, `project_out`, `set`) as a `Steer` intervention at every generation step with the KV cache, "
+        "and measures the dose–response on a task (`curve`). Full study: `interp repro steering` "
+        "(`interp.studies.steering`; numbers in `docs/steering.md`)."
     ),
     new_code_cell(
         "import torch\n"
         "import interp\n"
         "from interp import plot, steering\n"
-        "from interp.steering import Intervention\n"
+        "from interp.steering import Steer\n"
+        "from interp.studies import steering as study    # the SVA study: grammar helpers, compare\n"
         "from interp.tasks import english\n"
         "torch.set_num_threads(1)\n\n"
         "spec = 'zoo:lm-gpt2' if (interp.model.ZOO_DIR / 'lm-gpt2' / 'config.json').exists() else \\\n"
@@ -36,15 +38,15 @@ cells = [
     new_code_cell(
         "task = english.sva(400, split='sva_id', seed=1)\n"
         "subjects = [t for t in task.text if t not in set(prefixes)]\n"
-        "singular = [t for t in subjects if steering.head_number(t) == 'sg']\n"
-        "plural = [t for t in subjects if steering.head_number(t) == 'pl']\n"
-        "axis = steering.axis_from_contrast(model, singular, plural, site='blocks.1.hook_resid_pre')\n"
+        "singular = [t for t in subjects if study.head_number(t) == 'sg']\n"
+        "plural = [t for t in subjects if study.head_number(t) == 'pl']\n"
+        "axis = steering.axis_from_contrast(model, singular, plural, site='resid_pre', layer=1)\n"
         "axis.site, round(axis.proj_std, 2), {k: round(v, 2) for k, v in axis.meta.items() if isinstance(v, float)}"
     ),
-    new_markdown_cell("## Generate with and without a flip\n\nGreedy, batched (left padding with position ids), KV cache on. Main verbs: green agrees with the subject, orange agrees with the opposite number."),
+    new_markdown_cell("## Generate with and without a flip\n\nGreedy, batched (left padding with position ids), KV cache on. The main verb is tagged `[agree]` (agrees with the subject) or `[flip]` (agrees with the opposite number)."),
     new_code_cell(
-        "flip = Intervention(axis, 'flip')\n"
-        "plot.render(steering.compare(model, prefixes, flip, max_new_tokens=8))"
+        "flip = Steer(axis, 'flip')\n"
+        "study.compare(model, prefixes, flip, max_new_tokens=8).to_dataframe()"
     ),
     new_markdown_cell("The generator records the projection `(h - mean) · u` at each step, before the intervention acts:"),
     new_code_cell(
@@ -59,7 +61,7 @@ cells = [
     ),
     new_code_cell(
         "plain = steering.generate(model, prefixes, (), max_new_tokens=8)\n"
-        "zero = steering.generate(model, prefixes, Intervention(axis, 'flip', 0.0), max_new_tokens=8)\n"
+        "zero = steering.generate(model, prefixes, Steer(axis, 'flip', 0.0), max_new_tokens=8)\n"
         "nocache = steering.generate(model, prefixes, flip, max_new_tokens=8, use_cache=False)\n"
         "cached = steering.generate(model, prefixes, flip, max_new_tokens=8)\n"
         "alone = [steering.generate(model, [p], flip, max_new_tokens=8).completions[0] for p in prefixes]\n"
@@ -80,10 +82,10 @@ cells = [
         "both = interp.results.stack(logit_diff, 'method', ['flip sva axis', 'flip random axis'])\n"
         "plot.render(interp.Grid(both.values, both.axes, both.labels, {'metric': 'logit_diff', 'task': 'sva'}))"
     ),
-    new_markdown_cell("## Save and reload an axis (safetensors + JSON), then use it from the command line"),
+    new_markdown_cell("## Save and reload an axis (`interp.results.save` / `load`: safetensors + JSON), then use it from the command line"),
     new_code_cell(
-        "path = axis.save('sva_axis.safetensors')\n"
-        "again = steering.Axis.load(path)\n"
+        "path = interp.results.save(axis, 'sva_axis.safetensors')\n"
+        "again = interp.results.load(path)\n"
         "torch.equal(again.direction, axis.direction), again.site\n"
         "# shell: interp steer --model zoo:lm-gpt2 --axis sva_axis.safetensors --mode flip \"the keys to the cabinet\""
     ),

@@ -98,7 +98,7 @@ class Steer:
     axis: Axis
     mode: str = "flip"  # one of MODES
     strength: float | int = 1.0
-    where: Bool[Tensor, "batch pos"] | None = None
+    where: Tensor | None = None  # [batch, pos] bool
 
     def __post_init__(self) -> None:
         if not isinstance(self.axis, Axis):

@@ -96,6 +96,15 @@ def _sample(logits: Float[Tensor, "batch d_vocab"], do_sample: bool, temperature
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
+def _capture(found: dict[str, Tensor], site: str):
+    """A hook that keeps the activation at `site` as it arrives, at the last position; it returns nothing."""
+
+    def hook_fn(act: Tensor, *, hook) -> None:
+        found[site] = act[:, -1:].detach().clone()
+
+    return hook_fn
+
+
 def _projections_before(steers: Sequence[Steer], found: dict[str, Tensor], start: int) -> list[Tensor]:
     """Each steer's projection on the captured last-position activation of its site ([batch]),
     read before it acts: earlier steers at the same site are applied first, in list order."""
@@ -176,11 +185,8 @@ def generate(
             seq, ids, start = new[-1][:, None], (prompt_len + step - 1)[:, None], width + step - 1
         found: dict[str, Tensor] = {}
 
-        def capture(act: Tensor, *, hook) -> None:  # the activation as it reaches the site, last position
-            found[hook.name] = act[:, -1:].detach().clone()
-
-        # the capture is registered first, so it reads each site before any steer there acts
-        with torch.no_grad(), hooks(model, [(s, capture) for s in sites] if record else []), \
+        # the captures are registered first, so each reads its site before any steer there acts
+        with torch.no_grad(), hooks(model, [(s, _capture(found, s)) for s in sites] if record else []), \
                 run.intervened(model, step_steers, start=start):
             logits = model(seq, attention_mask=full_mask, position_ids=ids, **cache_kw)
         if kv is not None and step == 0 and kv.get_seq_length() != width:

@@ -93,6 +93,8 @@ def _demo_model(workdir: Path) -> tuple[Any, str]:
 
 def demo_section(workdir: Path) -> list[Any]:
     """Report items: faithfulness against SVD rank (one line per split) and one-hot vs original attention."""
+    from interp import plot  # plotly and circuitsvis only when the demo runs
+
     model, name = _demo_model(Path(workdir))
     head = (model.cfg.n_layers - 1, 0)
     fit = dyck_rows(300, split="train", seed=0)
@@ -114,4 +116,5 @@ def demo_section(workdir: Path) -> list[Any]:
         Heading("One-hot attention", 3),
         table,
         view,
+        plot.attention(view.patterns, list(view.tokens), head_names=list(view.names)),  # the interactive view
     ]
