@@ -94,13 +94,13 @@ def _repro(args: argparse.Namespace) -> int:
 
 def _steer(args: argparse.Namespace) -> int:
     from interp.model import load
-    from interp.steering import Axis, Intervention, generate
+    from interp.steering import Axis, Steer, generate
 
     axis = Axis.load(args.axis)
     model = load(args.model)
     kw = dict(max_new_tokens=args.max_new_tokens, positions=args.positions, record=False)
     plain = generate(model, args.prompts, (), **kw)
-    steered = generate(model, args.prompts, Intervention(axis, args.mode, args.strength), **kw)
+    steered = generate(model, args.prompts, Steer(axis, args.mode, args.strength), **kw)
     rows = [{"prompt": p, "unsteered": a, "steered": b}
             for p, a, b in zip(args.prompts, plain.completions, steered.completions)]
     if args.json:

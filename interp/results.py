@@ -136,7 +136,9 @@ def load(path: str | Path) -> Any:
             if meta.get("format") != FORMAT:
                 raise InterpError(f"{path} is not an interp result file (format {meta.get('format')!r}, want {FORMAT!r})")
             tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except (OSError, RuntimeError) as err:  # missing file, or not safetensors at all
+    except InterpError:
+        raise
+    except Exception as err:  # missing file, or not safetensors at all (safetensors has its own error type)
         raise InterpError(f"cannot read {path} as an interp result file: {err}") from None
     return _decode(json.loads(meta["result"]), tensors)
 

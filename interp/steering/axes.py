@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp import results

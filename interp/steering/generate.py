@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Sequence
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from interp import run
