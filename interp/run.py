@@ -228,7 +228,7 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
 
 
 def scalar(metric: Metric, logits: Tensor, what: str) -> float:
-    """`metric(logits)` as a float; InterpError if it is not a finite-or-inf scalar."""
+    """`metric(logits)` as a float; InterpError if it is not a scalar or is NaN."""
     value = metric(logits)
     if not isinstance(value, Tensor) or value.numel() != 1:
         shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
@@ -237,6 +237,14 @@ def scalar(metric: Metric, logits: Tensor, what: str) -> float:
     if value != value:
         raise InterpError(f"the metric returned NaN on the {what} run")
     return value
+
+
+def _measure(metric: Callable, logits: Tensor, what: str) -> Tensor:
+    """`metric(logits)` as a 0-d tensor, or a [m] tensor when it returns m named scalars (a dict)."""
+    value = metric(logits)
+    if isinstance(value, dict):
+        return torch.tensor([scalar(lambda _: v, logits, f"{what} ({name})") for name, v in value.items()])
+    return torch.tensor(scalar(lambda _: value, logits, what))
 
 
 def _variants_per_forward(model, batch: int, pos: int, requested: int | None) -> int:
@@ -361,8 +369,11 @@ def evaluate(
     progress: bool = True,
     desc: str = "variants",
 ) -> Tensor:
-    """The metric of `tokens` [batch, pos] run under each variant (a list of interventions): [variants].
+    """The metric of `tokens` [batch, pos] run under each variant (a list of interventions).
 
+    Returns [variants] for a metric that returns a scalar tensor, or [variants, m] for one that
+    returns a dict of m named scalars ({"logit_diff": ..., "accuracy": ...}, in that order), so
+    one pass gives all of them.
     An empty variant is the base run. See the module docstring for how forwards are shared.
     """
     if tokens.ndim != 2:
@@ -370,7 +381,7 @@ def evaluate(
     tokens = tokens.to(model.cfg.device)
     batch, n_pos = tokens.shape
     split = [_split(v) for v in variants]
-    out = torch.empty(len(variants))
+    found: dict[int, Tensor] = {}
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, (_, edits) in enumerate(split):
         groups.setdefault(tuple(id(e) for e in edits), []).append(i)
@@ -387,7 +398,7 @@ def evaluate(
             base_logits = base.logits if base is not None else model(tokens)
             plain = [k for k, s in enumerate(starts) if s[0] >= model.cfg.n_layers]
             for k in plain:
-                out[indices[k]] = scalar(metric, base_logits, "base")
+                found[indices[k]] = _measure(metric, base_logits, "base")
             rest = [k for k in range(len(acts)) if k not in set(plain)]
             plans = plan_forwards([starts[k] for k in rest], batch, n_pos, model.cfg.n_layers, size, resumable)
             for layer0, start, members in tqdm(plans, desc=desc, disable=not progress or len(plans) < 2):
@@ -406,5 +417,8 @@ def evaluate(
                         # positions before `start` are the base run's; the metric sees whole logits
                         result = torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
                 for j, k in enumerate(chosen):
-                    out[indices[k]] = scalar(metric, result[j * batch : (j + 1) * batch], "intervened")
-    return out
+                    found[indices[k]] = _measure(metric, result[j * batch : (j + 1) * batch], "intervened")
+    shapes = {tuple(v.shape) for v in found.values()}
+    if len(shapes) > 1:
+        raise InterpError(f"the metric returned values of different shapes {sorted(shapes)} for different variants")
+    return torch.stack([found[i] for i in range(len(variants))]) if variants else torch.empty(0)

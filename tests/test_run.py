@@ -50,6 +50,9 @@ def test_evaluate_equals_one_forward_per_variant(tiny_models, family, size):
     got = run.evaluate(model, corrupt, variants, metric, variants_per_forward=size, progress=False)
     assert torch.allclose(got, want, atol=1e-4), (got, want)
     assert len(set(want.tolist())) > 5  # the variants really differ
+    both = run.evaluate(model, corrupt, variants, lambda lg: {"m": metric(lg), "top": lg[:, -1].max(-1).values.mean()},
+                        variants_per_forward=size, progress=False)
+    assert both.shape == (len(variants), 2) and torch.allclose(both[:, 0], want, atol=1e-4)
 
 
 @pytest.mark.parametrize("resumable", [True, False])
@@ -83,5 +86,7 @@ def test_errors(gpt2):
         run.evaluate(gpt2, corrupt, [[Patch("z", src["blocks.0.attn.hook_z"], layer=0)]], metric)
     with pytest.raises(InterpError, match="scalar"):
         run.evaluate(gpt2, corrupt, [[]], lambda lg: lg[:, -1, 0])
+    with pytest.raises(InterpError, match=r"scalar.*\(acc\)"):
+        run.evaluate(gpt2, corrupt, [[]], lambda lg: {"ld": metric(lg), "acc": lg[:, -1, 0]})
     with pytest.raises(InterpError, match="variants_per_forward"):
         run.evaluate(gpt2, corrupt, [[]], metric, variants_per_forward=0)

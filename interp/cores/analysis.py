@@ -234,18 +234,11 @@ def _das(model, task: Task, site: str, k: int | None, x: Tensor, meta: dict, epo
 # validation
 
 
-def _recording_metric(task: Task) -> tuple[Callable[[Tensor], Tensor], list[Tensor]]:
-    """A metric for `run.evaluate` that records [mean logit_diff, mean binary_accuracy] of each call
-    and returns the call's index: evaluate's [variants] output then names the record of each
-    variant, so one pass of batched forwards gives both metrics."""
-    records: list[Tensor] = []
-
-    def metric(logits: Tensor) -> Tensor:
-        args = (task.correct, task.incorrect, task.answer_pos)
-        records.append(torch.stack([logit_diff(logits, *args).float().mean(), binary_accuracy(logits, *args).float().mean()]).cpu())
-        return torch.tensor(float(len(records) - 1))
-
-    return metric, records
+def _both_metrics(task: Task) -> Callable[[Tensor], Tensor]:
+    """logits -> {logit_diff, binary_accuracy} means: both from one pass of `run.evaluate`."""
+    args = (task.correct, task.incorrect, task.answer_pos)
+    return lambda logits: {"logit_diff": logit_diff(logits, *args).float().mean(),
+                           "binary_accuracy": binary_accuracy(logits, *args).float().mean()}
 
 
 def validate(
@@ -272,10 +265,9 @@ def validate(
     bases = [core.basis] + [linalg.random_basis(core.d_model, core.k, seed + i) for i in range(n_random)]
     variants = [[]] + [[Project(core.site, b, core.mean, mode, positions=task.answer_pos)]
                        for mode in INTERVENTIONS[1:] for b in bases]
-    metric, records = _recording_metric(task)
-    calls = run.evaluate(model, task.clean, variants, metric, variants_per_forward=variants_per_forward,
-                         progress=progress, desc="validate")
-    measured = torch.stack([records[int(c)] for c in calls])  # [1 + modes * (1 + n_random), metric]
+    measured = run.evaluate(model, task.clean, variants, _both_metrics(task),
+                            variants_per_forward=variants_per_forward, progress=progress, desc="validate")
+    # measured: [1 + modes * (1 + n_random), metric]
     values = torch.zeros(len(INTERVENTIONS), 3, 2)
     values[0, :2] = measured[0]
     by_mode = measured[1:].view(len(INTERVENTIONS) - 1, 1 + n_random, 2)
