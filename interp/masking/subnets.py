@@ -89,8 +89,8 @@ def evaluate(
     """Accuracy (correct beats incorrect) and the task metric per split, for the full model and
     each mask: a [model, split, metric] Grid whose first model is "full".
 
-    Per split, every mask is one variant of `interp.run.evaluate` (batched forwards), once per
-    metric (once in all when the task metric is binary accuracy). Mean ablation uses one reference
+    Per split, every mask is one variant of `interp.run.evaluate` (batched forwards; both metrics
+    from one pass). Mean ablation uses one reference
     for every split: `reference` token rows, by default the first split's clean rows. Resample
     uses each split's own corrupt rows.
     """
@@ -107,15 +107,12 @@ def evaluate(
         refs = shared or run.reference(model, site_union, "resample", reference if reference is not None else task.corrupt)
         variants = [[], *(interventions(m, refs) for m in masks)]
 
-        def accuracy(logits: Tensor, task: Task = task) -> Tensor:
-            return binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean()
+        def both(logits: Tensor, task: Task = task, metric=for_task(task)) -> dict[str, Tensor]:
+            return {"binary_accuracy": binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean(),
+                    "task_metric": metric(logits)}
 
-        kw = dict(variants_per_forward=variants_per_forward, progress=progress)
-        values[:, j, 0] = run.evaluate(model, task.clean, variants, accuracy, desc=f"accuracy on {name}", **kw)
-        if task.metric == "binary_accuracy":
-            values[:, j, 1] = values[:, j, 0]
-        else:
-            values[:, j, 1] = run.evaluate(model, task.clean, variants, for_task(task), desc=f"{task.metric} on {name}", **kw)
+        values[:, j] = run.evaluate(model, task.clean, variants, both, variants_per_forward=variants_per_forward,
+                                    progress=progress, desc=f"masks on {name}")
     labels = (("full", *_names(masks)), tuple(tasks), ("accuracy", first.metric))
     return Grid(values, ("model", "split", "metric"), labels,
                 {"ablation": ablation, "title": "accuracy and metric per split", "chart": "heatmap"})

@@ -279,7 +279,7 @@ def curve(model, task, axis: Axis, strengths: Sequence[float | int], *, mode: st
     """Dose-response: the task metric with `Steer(axis, mode, s)` for each strength s.
 
     The steer acts at every position up to each example's answer position. The strengths are
-    variants of one `interp.run.evaluate` per metric (batched side by side). Returns a Grid
+    variants of one `interp.run.evaluate` (batched side by side, both metrics in one pass). Returns a Grid
     (strength, metric) with metrics "logit_diff" (correct minus incorrect, mean) and "accuracy"
     (fraction where correct beats incorrect).
     """
@@ -295,12 +295,9 @@ def curve(model, task, axis: Axis, strengths: Sequence[float | int], *, mode: st
     def diff(logits: Tensor) -> Tensor:
         return logit_diff(logits, t.correct, t.incorrect, t.answer_pos)  # [batch]
 
-    kw = dict(variants_per_forward=variants_per_forward, progress=progress)
-    values = torch.stack([
-        run.evaluate(model, t.clean, variants, lambda logits: diff(logits).mean(), desc="strengths (logit_diff)", **kw),
-        run.evaluate(model, t.clean, variants, lambda logits: (diff(logits) > 0).float().mean(),
-                     desc="strengths (accuracy)", **kw),
-    ], 1)
+    values = run.evaluate(model, t.clean, variants,
+                          lambda logits: {"logit_diff": diff(logits).mean(), "accuracy": (diff(logits) > 0).float().mean()},
+                          variants_per_forward=variants_per_forward, progress=progress, desc="strengths")
     return Grid(values, ("strength", "metric"), (tuple(float(s) for s in strengths), ("logit_diff", "accuracy")),
                 {"task": task.name, "split": task.split, "mode": mode, "site": axis.site, "method": f"steer {mode}",
                  "metric": "task metric", "chart": "lines",
