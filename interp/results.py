@@ -19,7 +19,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence, TypeVar
+from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
 import torch
 from safetensors import safe_open
@@ -163,7 +163,7 @@ class Grid:
 
     values: torch.Tensor
     axes: tuple[str, ...]
-    labels: tuple[tuple[str | int | float, ...], ...] = ()
+    labels: tuple[tuple[str | int | float, ...], ...] | Mapping[str, Sequence[Any]] = ()
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -179,7 +179,7 @@ class Grid:
         if len(set(axes)) != len(axes):
             raise InterpError(f"axis names repeat: {axes}")
         labels = self.labels
-        if isinstance(labels, dict):  # {axis: ticks}; axes not named keep 0..n-1
+        if isinstance(labels, Mapping):  # {axis: ticks}; axes not named keep 0..n-1
             unknown = set(labels) - set(axes)
             if unknown:
                 raise InterpError(f"labels name axes {sorted(unknown)} that the Grid does not have {axes}")

@@ -329,7 +329,14 @@ def train(
     recipe) skips phase 1 and loads its weights instead: the result is the same model.
     """
     recipe = replace(recipe, steps=steps, finetune_steps=min(steps, recipe.finetune_steps)) if steps is not None else recipe
-    torch.manual_seed(recipe.seed)
+    # the recipe seeds torch's global RNG (weight init, as the shipped zoo was trained); the
+    # caller's RNG state is restored afterwards
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(recipe.seed)
+        return _train(recipe, out_dir, progress=progress, evaluate_after=evaluate_after, phase1_from=phase1_from)
+
+
+def _train(recipe: Recipe, out_dir, *, progress: bool, evaluate_after: bool, phase1_from) -> dict[str, Any]:
     start = time.time()
     tokenizer = _tokenizer(recipe)
     sizes = dict(recipe.sizes)

@@ -165,3 +165,11 @@ def test_resume_refuses_what_it_cannot_do_and_restores_blocks(gpt2, tiny_models)
         assert gpt2.original_model.transformer.h[0] is not blocks[0]
         raise RuntimeError("boom")
     assert list(gpt2.original_model.transformer.h) == blocks
+
+
+def test_build_tiny_leaves_the_callers_rng_alone(tmp_path):
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    interp.build_tiny("gpt2", tmp_path / "m", seed=0)
+    assert torch.equal(torch.rand(3), want)

@@ -139,7 +139,7 @@ def test_path_patching_handles_gqa(llama):
     clean, corrupt = _pair(6)
     g = patching.path_patch(llama, clean, corrupt, metric=metric, receivers=[(1, 1, "k"), (1, 0, "v"), (1, 3, "q")], progress=False)
     assert g.axes == ("layer", "head") and torch.isfinite(g.values[0]).all()
-    with pytest.raises(IndexError, match="kv head 3"):
+    with pytest.raises(ValueError, match="kv head 3"):
         patching.path_patch(llama, clean, corrupt, metric=metric, receivers=[(1, 3, "k")])
 
 
@@ -166,9 +166,9 @@ def test_bad_input_errors(gpt2):
         patching.activation_patch(gpt2, clean, corrupt, metric=lambda lg: lg[:, -1, 7], site="z")
     with pytest.raises(ValueError, match="NaN"):
         patching.activation_patch(gpt2, clean, corrupt, metric=lambda lg: lg.sum() * float("nan"), site="z")
-    with pytest.raises(IndexError, match="layer 5"):
+    with pytest.raises(ValueError, match="layer 5"):
         patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(5, 0)])
-    with pytest.raises(IndexError, match="head 9"):
+    with pytest.raises(ValueError, match="head 9"):
         patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(0, 9)])
     with pytest.raises(ValueError, match="'cabinet door' is not a single token"):
         token_ids(gpt2, ["cabinet", "cabinet door"])

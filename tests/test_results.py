@@ -71,3 +71,25 @@ def test_render_refuses_four_axes():
         plot.render(Grid(torch.zeros(1, 1, 1, 1), ("layer", "pos", "head", "seed")))
     with pytest.raises(TypeError, match="no renderer"):
         plot.render(42)
+
+
+def test_labels_as_a_mapping_from_axis_to_ticks():
+    g = Grid(torch.zeros(3, 2), ("layer", "head"), {"head": ("h0", "h1")})
+    assert g.labels == ((0, 1, 2), ("h0", "h1"))
+    with pytest.raises(ValueError, match="axis 'head' has 2 entries but 3 labels"):
+        Grid(torch.zeros(3, 2), ("layer", "head"), {"head": ("a", "b", "c")})
+    with pytest.raises(ValueError, match=r"labels name axes \['pos'\]"):
+        Grid(torch.zeros(3, 2), ("layer", "head"), {"pos": (1, 2)})
+
+
+def test_every_result_type_round_trips_through_one_format(tmp_path):
+    from interp import results
+    from interp.masking import HeadMask
+
+    mask = HeadMask(torch.tensor([[1.0, 0.0], [0.5, 1.0]]), None, {"seed": 3, "t": (1, 2), "x": float("nan")})
+    back = results.load(results.save(mask, tmp_path / "m.safetensors"))
+    assert isinstance(back, HeadMask) and torch.equal(back.heads, mask.heads) and back.meta["t"] == (1, 2)
+    assert back.meta["x"] != back.meta["x"]  # NaN survives
+    with pytest.raises(ValueError, match="cannot read .*c.json as an interp result file"):
+        (tmp_path / "c.json").write_text("{}")
+        results.load(tmp_path / "c.json")
