@@ -52,11 +52,27 @@ def _tick(x: Any) -> str | int | float:
     return x if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
 
 
+def _save_method(self, path: str | Path) -> Path:
+    """`interp.results.save(self, path)`."""
+    return save(self, path)
+
+
+def _load_method(cls, path: str | Path):
+    """`interp.results.load(path)`, checked to be of this type."""
+    obj = load(path)
+    if not isinstance(obj, cls):
+        raise InterpError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
+    return obj
+
+
 def result(cls: T) -> T:
-    """Register a frozen dataclass as a result type that `save` and `load` know."""
+    """Register a frozen dataclass as a result type that `save` and `load` know, and give it
+    `obj.save(path)` and `Type.load(path)` (the same one format for every type)."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} must be a dataclass to be a result type")
     _REGISTRY[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    cls.save = _save_method
+    cls.load = classmethod(_load_method)
     return cls
 
 
@@ -229,17 +245,6 @@ class Grid:
     def to_grid(self) -> Grid:
         return self
 
-    def save(self, path: str | Path) -> Path:
-        """`interp.results.save(self, path)`."""
-        return save(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Grid:
-        """`interp.results.load(path)`, checked to be a Grid."""
-        obj = load(path)
-        if not isinstance(obj, cls):
-            raise InterpError(f"{path} holds a {type(obj).__name__}, not a Grid")
-        return obj
 
 
 @contextmanager

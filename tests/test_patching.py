@@ -6,7 +6,6 @@ import interp
 from interp import patching
 from interp import run
 from interp.hooks import hooks
-from interp.interventions import Patch
 from interp.metrics import token_ids
 
 

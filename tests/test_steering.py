@@ -74,7 +74,7 @@ def test_axis_save_load_roundtrip(tmp_path):
     assert torch.equal(back.direction, axis.direction) and torch.equal(back.mean, axis.mean)
     assert (back.site, back.proj_mean, back.proj_std, back.meta) == (axis.site, axis.proj_mean, axis.proj_std, axis.meta)
     interp.Grid(torch.zeros(2), ("strength",)).save(tmp_path / "g.safetensors")
-    with pytest.raises(InterpError, match="not an interp Axis"):
+    with pytest.raises(InterpError, match="holds a Grid, not a Axis"):
         Axis.load(tmp_path / "g.safetensors")
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(InterpError, match="interp result file"):

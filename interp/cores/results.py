@@ -8,25 +8,17 @@ Each converts to a Grid (`to_grid()`) that `interp.plot.render` draws.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp import results
 from interp.errors import InterpError
 from interp.results import Grid, result
 
 __all__ = ["Alignment", "Core", "Operator", "ValidationBars"]
 
-
-def _load_as(cls: type, path: str | Path) -> Any:
-    obj = results.load(path)
-    if not isinstance(obj, cls):
-        raise InterpError(f"{path} holds a {type(obj).__name__}, not a {cls.__name__}")
-    return obj
 
 
 @result
@@ -83,14 +75,6 @@ class Core:
             "chart": "bar", "title": f"{self.method} spectrum at {self.site} (k={self.k})", "metric": "singular value",
             "site": self.site, "method": self.method, "k": self.k})
 
-    def save(self, path: str | Path) -> Path:
-        """`interp.results.save(self, path)`."""
-        return results.save(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Core:
-        """`interp.results.load(path)`, checked to be a Core."""
-        return _load_as(cls, path)
 
 
 @result
@@ -138,14 +122,6 @@ class Operator:
         return Grid(torch.stack([self.eig_real, self.eig_imag], 1).reshape(n, 2), ("k", "quantity"),
                     (tuple(range(n)), ("real", "imag")), meta)
 
-    def save(self, path: str | Path) -> Path:
-        """`interp.results.save(self, path)`."""
-        return results.save(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Operator:
-        """`interp.results.load(path)`, checked to be an Operator."""
-        return _load_as(cls, path)
 
 
 @result
@@ -193,14 +169,6 @@ class Alignment:
         return Grid(self.canonical, ("rank",), meta={"chart": "bar", "title": title, "metric": "canonical correlation",
                                                       "method": self.method, "r2": self.r2, "r2_heldout": self.r2_heldout})
 
-    def save(self, path: str | Path) -> Path:
-        """`interp.results.save(self, path)`."""
-        return results.save(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Alignment:
-        """`interp.results.load(path)`, checked to be an Alignment."""
-        return _load_as(cls, path)
 
 
 @result

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from interp import results, run
+from interp import run
 from interp.errors import InterpError
 from interp.hooks import check_head, check_layer
 from interp.interventions import Ablation, Mask, Reference
@@ -132,17 +131,6 @@ class HeadMask:
         meta = {**self.meta, "title": f"mask {self.name} (sparsity {self.sparsity:.2f})", "metric": "mask", "chart": "heatmap"}
         return Grid(values, ("layer", "unit"), (tuple(range(self.n_layers)), units), meta)
 
-    def save(self, path: str | Path) -> Path:
-        """`interp.results.save(self, path)`."""
-        return results.save(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> HeadMask:
-        """`interp.results.load(path)`, checked to be a HeadMask."""
-        obj = results.load(path)
-        if not isinstance(obj, cls):
-            raise InterpError(f"{path} holds a {type(obj).__name__}, not a HeadMask")
-        return obj
 
 
 # ---------------------------------------------------------------------------------------------

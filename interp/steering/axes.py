@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from interp import results
 from interp.errors import InterpError
 from interp.results import Grid, result
 from interp.sites import hook_name, layer_of
@@ -69,22 +67,6 @@ class Axis:
     def d_model(self) -> int:
         return self.direction.shape[0]
 
-    def save(self, path: str | Path) -> Path:
-        """`interp.results.save(self, path)`."""
-        return results.save(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Axis:
-        """`interp.results.load(path)`, checked to be an Axis."""
-        try:
-            obj = results.load(path)
-        except InterpError:
-            raise
-        except Exception as err:  # safetensors' own error type for a file that is not safetensors
-            raise InterpError(f"cannot read {path} as an interp result file: {err}") from None
-        if not isinstance(obj, cls):
-            raise InterpError(f"{path} holds a {type(obj).__name__}, not an interp Axis")
-        return obj
 
 
 @dataclass(frozen=True)
