@@ -16,8 +16,12 @@ def _info(args: argparse.Namespace) -> int:
     from interp.hooks import hook_names
     from interp.model import describe, load
 
+    from interp.gguf import REAL_MODELS
+
     model = load(args.spec)
     info = {"spec": args.spec, **describe(model), "hook_names": hook_names(model)}
+    if args.spec in REAL_MODELS:
+        info = {"card": REAL_MODELS[args.spec].card, **info}
     if args.json:
         print(json.dumps(info, indent=2))
         return 0

@@ -130,9 +130,11 @@ class Patch:
 class Reference:
     """What an ablated unit is replaced by at one site (built by `interp.run.reference`).
 
-    zero: `values` is a 0-d zero. mean: `values` is [pos, ...] (per-position mean over reference
-    rows, padding excluded) and `pooled` [...] the mean over all their positions, used past the
-    reference width. resample: `values` is [batch, pos, ...], one row per input row.
+    zero: `values` is a 0-d zero. mean: `values` is the activation less its batch axis, [pos, ...]
+    ([head, dest, src] for attention maps: per destination position), the mean over reference rows
+    (padding excluded), and `pooled` the same less its position axis, the mean over all their
+    positions, used past the reference width. resample: `values` is [batch, pos, ...], one row per
+    input row.
     """
 
     ablation: str
@@ -143,22 +145,26 @@ class Reference:
         if self.ablation not in ABLATIONS:
             raise InterpError(f"ablation {self.ablation!r} is not one of {ABLATIONS}")
 
-    def like(self, act: Tensor, start: int = 0) -> Tensor:
-        """The reference for `act` [batch, pos, ...] whose first position is `start`."""
+    def like(self, act: Tensor, start: int = 0, axis: int = 1) -> Tensor:
+        """The reference for `act` [batch, ...] whose first position (along `axis`, the site's
+        `position_axis`: 2 for attention maps) is `start`."""
         if self.ablation == "zero":
             return self.values
         if self.ablation == "resample":
-            values = _from(self.values, 1, start)
+            values = _from(self.values, axis, start)
             if values.shape != act.shape:
                 raise InterpError(
                     f"resample reference has shape {tuple(self.values.shape)} but the activation has "
                     f"{tuple(act.shape)}; pass reference token rows of the same shape as the input")
             return values
-        end, have = start + act.shape[1], self.values.shape[0]
+        ax = axis - 1  # mean values have no batch axis
+        end, have = start + act.shape[axis], self.values.shape[ax]
         if end <= have:
-            return self.values[start:end]
-        extra = self.pooled.expand(end - max(have, start), *self.pooled.shape)
-        return torch.cat([self.values[start:have], extra], 0) if start < have else extra
+            return self.values.narrow(ax, start, end - start)
+        shape = list(self.pooled.shape)
+        shape.insert(ax, end - max(have, start))
+        extra = self.pooled.unsqueeze(ax).expand(shape)
+        return torch.cat([self.values.narrow(ax, start, have - start), extra], ax) if start < have else extra
 
     def rows(self, index: Tensor) -> Reference:
         """The reference for a subset of input rows (only resample references have rows)."""
@@ -214,7 +220,7 @@ class Mask:
         return 0
 
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
-        ref = self.reference.like(act, start).to(act)
+        ref = self.reference.like(act, start, position_axis(self.site)).to(act)
         if kind_of(self.site) == "pattern":  # [batch, head, dest, src]
             m = self.mask.to(act)[:, None, None]
         elif kind_of(self.site) == "head":

@@ -29,7 +29,8 @@ from interp.errors import InterpError
 __all__ = ["FAMILIES", "DECODER_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "resolve", "resume", "save_model_dir", "skipped_blocks"]
 
 FAMILIES = ("gpt2", "llama", "gemma2", "qwen2", "bert")
-DECODER_FAMILIES = FAMILIES[:4]
+# decoders that the real models add (loaded, not built by build_tiny or trained in the zoo)
+DECODER_FAMILIES = (*FAMILIES[:4], "gemma3", "gemma3_text")
 ZOO_DIR = Path(__file__).resolve().parent.parent / "data" / "zoo"
 _ARCHITECTURES = {
     "GPT2LMHeadModel": "gpt2",
@@ -38,6 +39,7 @@ _ARCHITECTURES = {
     "Qwen2ForCausalLM": "qwen2",
     "BertForMaskedLM": "bert",
     "BertModel": "bert",
+    "Gemma3ForCausalLM": "gemma3",
 }
 # Tokenizer classes that mean "use tokenizer.json as it is"; transformers 5 otherwise picks a
 # class from the model type (Qwen2Tokenizer for qwen2), which mangles a word-level vocabulary.
@@ -197,8 +199,19 @@ def _hub_cached(name: str) -> bool:
 
 
 def resolve(spec: str | Path) -> str:
-    """Turn a spec into what `boot_transformers` takes: a local directory path or a hub name."""
+    """Turn a spec into what `boot_transformers` takes: a local directory path or a hub name.
+
+    A `.gguf` file and a real model's name (`interp.gguf.REAL_MODELS`) resolve to their HF folder
+    in the cache, dequantized on first use."""
+    from interp import gguf
+
     spec_str = str(spec)
+    if spec_str in gguf.REAL_MODELS:
+        return str(gguf.convert(gguf.real_model_file(spec_str)))
+    if spec_str.endswith(".gguf"):
+        if not Path(spec_str).expanduser().exists():
+            raise ModelNotFoundError(f"GGUF file {spec_str!r} does not exist")
+        return str(gguf.convert(spec_str))
     if spec_str.startswith("zoo:"):
         name = spec_str[4:]
         path = ZOO_DIR / name

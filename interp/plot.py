@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import torch
 
+from interp.errors import InterpError
 from interp.results import CHARTS, Grid
 
 __all__ = ["Widget", "attention", "circuitsvis_bundle", "render"]
@@ -73,7 +74,7 @@ def _table(frame) -> Any:
 def _grid(grid: Grid):
     chart = grid.meta.get("chart")
     if chart is not None and chart not in CHARTS:
-        raise ValueError(f"meta['chart']={chart!r} is not one of {CHARTS}")
+        raise InterpError(f"meta['chart']={chart!r} is not one of {CHARTS}")
     if chart in ("lines", "bars", "scatter", "complex"):
         fig = {"lines": _lines, "bars": _bars, "scatter": _scatter, "complex": _complex}[chart](grid)
         fig.update_layout(title=_title(grid), template="plotly_white")
@@ -88,7 +89,7 @@ def _errors(grid: Grid) -> tuple[torch.Tensor, dict[str, Any] | None]:
         return values, None
     q = list(grid.labels[-1])
     if "value" not in q:
-        raise ValueError(f"a 'quantity' axis needs a 'value' entry to draw, got {q}")
+        raise InterpError(f"a 'quantity' axis needs a 'value' entry to draw, got {q}")
     y = values[..., q.index("value")]
     if "ci_low" in q and "ci_high" in q:
         return y, {"high": values[..., q.index("ci_high")] - y, "low": y - values[..., q.index("ci_low")]}
@@ -117,7 +118,7 @@ def _lines(grid: Grid):
         y = y[..., None]
         err = None if err is None else {k: v[..., None] for k, v in err.items()}
     if y.ndim != 3:
-        raise ValueError(f"a lines chart takes (x, series[, panel]) axes, got {grid.axes}")
+        raise InterpError(f"a lines chart takes (x, series[, panel]) axes, got {grid.axes}")
     x = _ticks(grid.labels[0])
     series = _ticks(grid.labels[1]) if grid.values.ndim > 1 and grid.axes[1] != "quantity" else ["value"]
     panels = _ticks(grid.labels[2]) if y.shape[2] > 1 else [""]
@@ -141,7 +142,7 @@ def _bars(grid: Grid):
     if y.ndim == 1:
         y, err = y[:, None], None if err is None else {k: v[:, None] for k, v in err.items()}
     if y.ndim != 2:
-        raise ValueError(f"a bars chart takes (group, series) axes, got {grid.axes}")
+        raise InterpError(f"a bars chart takes (group, series) axes, got {grid.axes}")
     x = _ticks(grid.labels[0])
     series = _ticks(grid.labels[1]) if grid.axes[1] != "quantity" else ["value"]
     fig = go.Figure()
@@ -158,7 +159,7 @@ def _scatter(grid: Grid):
     import plotly.graph_objects as go
 
     if grid.values.ndim != 2 or grid.shape[1] not in (2, 3):
-        raise ValueError(f"a scatter chart takes (points, coordinates) with 2 or 3 coordinates, got {grid.axes} {grid.shape}")
+        raise InterpError(f"a scatter chart takes (points, coordinates) with 2 or 3 coordinates, got {grid.axes} {grid.shape}")
     v = grid.values.float()
     names = _ticks(grid.labels[0])
     coords = _ticks(grid.labels[1])
@@ -184,7 +185,7 @@ def _complex(grid: Grid):
     import plotly.graph_objects as go
 
     if grid.values.ndim != 2 or grid.shape[1] != 2:
-        raise ValueError(f"a complex chart takes (points, coordinates=(real, imag)), got {grid.axes} {grid.shape}")
+        raise InterpError(f"a complex chart takes (points, coordinates=(real, imag)), got {grid.axes} {grid.shape}")
     t = [2 * math.pi * i / 200 for i in range(201)]
     fig = go.Figure(go.Scatter(x=[math.cos(a) for a in t], y=[math.sin(a) for a in t], mode="lines",
                                line=dict(color="lightgray", dash="dot"), name="unit circle", hoverinfo="skip"))
@@ -205,7 +206,7 @@ def _by_axes(grid: Grid):
 
     values = grid.values.float()
     if grid.values.ndim == 0:
-        raise ValueError("a 0-axis Grid is a scalar; print it instead of plotting")
+        raise InterpError("a 0-axis Grid is a scalar; print it instead of plotting")
     if grid.values.ndim == 1:
         fig = go.Figure(go.Bar(x=_ticks(grid.labels[0]), y=values.tolist()))
         fig.update_layout(xaxis_title=grid.axes[0], yaxis_title=grid.meta.get("metric", "value"))
@@ -232,7 +233,7 @@ def _by_axes(grid: Grid):
         names = _ticks(grid.labels[0])
         fig.for_each_annotation(lambda a: a.update(text=f"{grid.axes[0]}={names[int(a.text.split('=')[-1])]}"))
     else:
-        raise ValueError(
+        raise InterpError(
             f"cannot draw a {values.ndim}-axis Grid {grid.axes}; select or average axes down to 3"
         )
     fig.update_layout(title=_title(grid), template="plotly_white")
@@ -291,12 +292,12 @@ def attention(
     if pattern.ndim == 2:
         pattern = pattern[None]
     if pattern.ndim != 3 or pattern.shape[1] != pattern.shape[2]:
-        raise ValueError(f"pattern must be [head, dest, src] with dest == src, got {tuple(pattern.shape)}")
+        raise InterpError(f"pattern must be [head, dest, src] with dest == src, got {tuple(pattern.shape)}")
     if len(tokens) != pattern.shape[-1]:
-        raise ValueError(f"{len(tokens)} tokens for a pattern over {pattern.shape[-1]} positions")
+        raise InterpError(f"{len(tokens)} tokens for a pattern over {pattern.shape[-1]} positions")
     names = list(head_names) if head_names is not None else [f"H{h}" for h in range(pattern.shape[0])]
     if len(names) != pattern.shape[0]:
-        raise ValueError(f"{len(names)} head names for {pattern.shape[0]} heads")
+        raise InterpError(f"{len(names)} head names for {pattern.shape[0]} heads")
     props = {
         "attention": pattern.tolist(),
         "tokens": [str(t) for t in tokens],

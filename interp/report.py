@@ -54,6 +54,8 @@ def _item_html(item: Any) -> tuple[str, str | None]:
         return item.html(bundle=False), "circuitsvis"
     if isinstance(item, go.Figure):
         return _figure_html(item), "plotly"
+    if not hasattr(item, "to_grid") and hasattr(item, "to_dataframe"):  # a table-only result
+        return _table_html(item.to_dataframe()), None
     return _figure_html(plot.render(item)), "plotly"
 
 

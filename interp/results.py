@@ -216,7 +216,7 @@ class Grid:
 
     def axis(self, name: str) -> int:
         if name not in self.axes:
-            raise KeyError(f"axis {name!r} not in {self.axes}")
+            raise InterpError(f"axis {name!r} not in {self.axes}")
         return self.axes.index(name)
 
     def top(self, n: int = 5, *, largest: bool = True) -> list[tuple[dict[str, Any], float]]:

@@ -37,7 +37,7 @@ from interp.hooks import hooks
 from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
 from interp.metrics import Metric
 from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
-from interp.sites import layer_of
+from interp.sites import layer_of, position_axis
 
 __all__ = [
     "Variant", "cache", "evaluate", "intervened", "logits", "plan_forwards", "reference", "scalar", "with_grad",
@@ -114,6 +114,8 @@ def _edited(model, edits: Sequence[WeightEdit]) -> Iterator[None]:
             module = model.get_submodule(path)
             swaps[(id(module), attr)] = (module, attr, value)
     done: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
+    # each module's parameter order, restored on exit (named_parameters / state_dict order)
+    order = {id(module): (module, list(module._parameters)) for module, _, _ in swaps.values()}
     try:
         for module, attr, value in swaps.values():
             done.append((module, attr, module._parameters.pop(attr)))
@@ -124,6 +126,10 @@ def _edited(model, edits: Sequence[WeightEdit]) -> Iterator[None]:
             if attr in module.__dict__:
                 del module.__dict__[attr]
             module._parameters[attr] = original
+        for module, names in order.values():
+            items = [(k, module._parameters[k]) for k in names if k in module._parameters]
+            module._parameters.clear()
+            module._parameters.update(items)
 
 
 @contextmanager
@@ -215,10 +221,13 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
         if ablation == "resample":
             out[n] = Reference("resample", a)
             continue
-        w = valid.to(a).view(*valid.shape, *([1] * (a.ndim - 2)))  # [batch, pos, 1...]
-        pooled = (a * w).sum((0, 1)) / w.sum((0, 1))
-        count = w.sum(0)  # [pos, 1...]
-        per_pos = torch.where(count > 0, (a * w).sum(0) / count.clamp_min(1), pooled)
+        ax = position_axis(n)  # 2 (dest) for attention maps
+        shape = [1] * a.ndim
+        shape[0], shape[ax] = valid.shape
+        w = valid.to(a).view(shape)  # [batch, 1.., pos, 1...]
+        pooled = (a * w).sum((0, ax)) / w.sum((0, ax))
+        count = w.sum(0)  # [1.., pos, 1...]
+        per_pos = torch.where(count > 0, (a * w).sum(0) / count.clamp_min(1), pooled.unsqueeze(ax - 1))
         out[n] = Reference("mean", per_pos, pooled)
     return out
 
@@ -324,10 +333,15 @@ def _base_run(model, tokens: Tensor) -> _BaseRun:
     return _BaseRun(out, [found[n] for n in names], cached_keys_values(kv))
 
 
-def _start_of(model, interventions: Sequence[Intervention]) -> tuple[int, int]:
-    """(first block, first position) that the interventions can change."""
+def _start_of(model, interventions: Sequence[Intervention], n_pos: int) -> tuple[int, int]:
+    """(first block, first position) that the interventions can change; (n_layers, 0), the base
+    run, when they change nothing. A negative first_pos counts from the end (Patch(pos=-1)), so
+    it is taken as 0; one at or past `n_pos` changes nothing in this input."""
     layers = [layer_of(site) or 0 for iv in interventions for site in iv.sites]
-    return (min(layers), min(iv.first_pos for iv in interventions)) if layers else (model.cfg.n_layers, 0)
+    first = min((iv.first_pos for iv in interventions if iv.sites), default=n_pos)
+    if not layers or first >= n_pos:
+        return model.cfg.n_layers, 0
+    return min(layers), max(0, first)
 
 
 def _batched_hooks(members: list[list[Intervention]], batch: int, start: int) -> list[tuple[str, Callable]]:
@@ -392,7 +406,7 @@ def evaluate(
         acts = [split[i][0] for i in indices]
         for ivs in acts:
             _check_sources(ivs, batch)
-        starts = [_start_of(model, ivs) for ivs in acts]
+        starts = [_start_of(model, ivs, n_pos) for ivs in acts]
         with torch.no_grad(), _edited(model, edits):
             base = _base_run(model, tokens) if resumable else None
             base_logits = base.logits if base is not None else model(tokens)

@@ -90,3 +90,36 @@ def test_errors(gpt2):
         run.evaluate(gpt2, corrupt, [[]], lambda lg: {"ld": metric(lg), "acc": lg[:, -1, 0]})
     with pytest.raises(InterpError, match="variants_per_forward"):
         run.evaluate(gpt2, corrupt, [[]], metric, variants_per_forward=0)
+
+
+def test_evaluate_edge_starts_pattern_means_and_param_order(gpt2):
+    from interp.steering.axes import Axis, Steer
+
+    clean, corrupt = _pair(gpt2)
+    names = ["hook_embed", "blocks.1.hook_resid_pre", "blocks.0.attn.hook_pattern"]
+    _, src = run.cache(gpt2, clean, names)
+    d = gpt2.cfg.d_model
+    axis = Axis(torch.nn.functional.normalize(torch.randn(d, generator=torch.Generator().manual_seed(2)), dim=0),
+                torch.zeros(d), names[1])
+    late = torch.zeros(clean.shape, dtype=torch.bool)
+    late[:, 5] = True
+    ref = run.reference(gpt2, [names[2]], "mean", clean)[names[2]]  # attention maps: per destination position
+    variants = [
+        [Patch(names[0], src[names[0]], pos=3)],  # outside the blocks, resumed at position 3
+        [Patch(names[1], src[names[1]], pos=-1)],  # counts from the end
+        [Patch(names[1], src[names[1]], pos=4)],
+        [Steer(axis, "add", 3.0, where=torch.zeros(clean.shape, dtype=torch.bool))],  # steers nothing
+        [Steer(axis, "add", 3.0, where=late)],
+        [Mask(names[2], torch.zeros(gpt2.cfg.n_heads), ref)],
+    ]
+    want = torch.tensor([float(metric(run.logits(gpt2, corrupt, v))) for v in variants])
+    for size in (1, 64):
+        got = run.evaluate(gpt2, corrupt, variants, metric, variants_per_forward=size, progress=False)
+        assert torch.allclose(got, want, atol=1e-4), (size, got, want)
+    base = float(metric(run.logits(gpt2, corrupt)))
+    assert want[3] == base and all(float(w) != base for w in (want[0], want[1], want[2], want[4], want[5]))
+    assert torch.allclose(ref.like(src[names[2]][:, :, 4:], 4, axis=2), ref.values[:, 4:])
+    before = [n for n, _ in gpt2.named_parameters()]
+    param = next(n for n, p in gpt2.named_parameters() if p.ndim == 2 and ".1." in n and "mlp" in n)
+    run.logits(gpt2, corrupt, [WeightMask({param: torch.zeros(())})])
+    assert [n for n, _ in gpt2.named_parameters()] == before  # the model comes back in its own order
