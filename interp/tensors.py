@@ -23,6 +23,8 @@ from __future__ import annotations
 from jaxtyping import Float, Int
 from torch import Tensor
 
+__all__ = ["AXES", "HeadAct", "Logits", "Pattern", "PerExample", "Resid", "Tokens"]
+
 AXES = (
     "batch", "pos", "layer", "head", "kv_head", "dest", "src", "d_model", "d_head", "d_vocab",
     "rank", "k", "split", "seed", "metric", "site", "unit", "model", "step", "method",

@@ -36,3 +36,24 @@ def english_dirs(tmp_path_factory) -> dict[str, str]:
 
     root = tmp_path_factory.mktemp("english")
     return {f: str(interp.build_tiny(f, root / f, words=english.WORDS, seed=1)) for f in ("gpt2", "llama")}
+
+
+@pytest.fixture(scope="session")
+def real_cache(tmp_path_factory):
+    """A fresh GGUF cache for the session, so every run converts as a fresh machine would."""
+    import os
+
+    cache = tmp_path_factory.mktemp("interp-cache")
+    before = os.environ.get("INTERP_CACHE")
+    os.environ["INTERP_CACHE"] = str(cache)
+    yield cache
+    if before is None:
+        os.environ.pop("INTERP_CACHE", None)
+    else:
+        os.environ["INTERP_CACHE"] = before
+
+
+@pytest.fixture(scope="session")
+def smollm2(real_cache):
+    """SmolLM2-135M-Instruct (LLaMA family), the real model `make test` installs."""
+    return interp.load("smollm2-135m")

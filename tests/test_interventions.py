@@ -126,3 +126,19 @@ def test_protocol_and_errors(gpt2, toks):
         run.logits(gpt2, toks, [Patch("z", torch.zeros(2, 3, 4, 5), layer=0)])
     with pytest.raises(InterpError, match="resample reference"):
         Reference("resample", torch.zeros(1, 2, 3)).like(torch.zeros(2, 2, 3))
+
+
+def test_positions_outside_a_cached_forward_are_left_alone(gpt2, toks):
+    """A forward over new positions only (start > 0, as a generator on a KV cache runs) must not
+    touch a position it does not compute, and must find one it does, negative indices included."""
+    name = "blocks.0.hook_resid_pre"
+    d = gpt2.cfg.d_model
+    act = torch.randn(2, 3, d)  # positions 4..6 of a 7-position sequence
+    src = torch.randn(2, 7, d)
+    assert torch.equal(Patch(name, src, pos=2)(act, site=name, start=4), act)
+    patched = Patch(name, src, pos=-1)(act, site=name, start=4)
+    assert torch.equal(patched[:, 2], src[:, 6]) and torch.equal(patched[:, :2], act[:, :2])
+    basis = torch.linalg.qr(torch.randn(d, 2))[0]
+    proj = Project(name, basis, torch.zeros(d), "core_removed", positions=torch.tensor([1, 5]))(act, site=name, start=4)
+    assert torch.equal(proj[0], act[0])  # row 0's position 1 is in the cache
+    assert torch.allclose(proj[1, 1], project(act[1, 1], basis, torch.zeros(d), "core_removed"))
