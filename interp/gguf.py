@@ -18,12 +18,11 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from interp.errors import InterpError
+from interp.results import atomic_dir
 
 __all__ = ["REAL_MODELS", "RealModel", "cache_dir", "convert", "real_model_file"]
 
@@ -109,17 +108,9 @@ def convert(path: str | Path) -> Path:
     out = cache_dir() / "hf" / _sha256(path)
     if (out / "interp-gguf.json").exists():  # written last: its presence means the folder is whole
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_dir(out) as tmp:  # a folder from an interrupted run never gets the marker file
         _dequantize(path, tmp)
         (tmp / "interp-gguf.json").write_text(json.dumps({"source": path.name, "dtype": "float32", "quantized": True}))
-        if out.exists():  # a half-written folder of an older run: not trusted
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
-import tempfile
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,8 +21,9 @@ from urllib.parse import urlparse
 
 import torch
 
-from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
 from interp.errors import InterpError
+from interp.results import atomic_dir
+from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
 
 __all__ = ["FAMILIES", "DECODER_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "resolve", "resume", "save_model_dir", "skipped_blocks"]
 
@@ -133,10 +132,7 @@ DEFAULT_WORDS = tuple(
 def save_model_dir(model, tokenizer, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
     """Write an HF model + tokenizer as safetensors atomically: a temp dir renamed into place."""
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
-    tmp.chmod(0o755)  # mkdtemp makes 0700; the final folder should be readable like any other
-    try:
+    with atomic_dir(directory) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         cfg_path = tmp / "tokenizer_config.json"
@@ -145,12 +141,6 @@ def save_model_dir(model, tokenizer, directory: str | Path, extra_files: dict[st
         cfg_path.write_text(json.dumps(tok_cfg, indent=2))
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return directory
 
 

@@ -15,6 +15,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from interp.errors import InterpError
 from interp.tensors import AXES
 
 __all__ = [
-    "CHARTS", "Grid", "Heading", "atomic_path", "load", "result", "save", "stack", "write_tensors_atomic",
+    "CHARTS", "Grid", "Heading", "atomic_dir", "atomic_path", "load", "result", "save", "stack", "write_tensors_atomic",
     "write_text_atomic",
 ]
 
@@ -266,6 +267,23 @@ def atomic_path(path: str | Path) -> Iterator[str]:
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+@contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a temp folder beside `path`; it replaces `path` only if the body succeeds, else it is
+    removed, so a crash or kill mid-write never leaves a half-written folder under the final name."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the final folder should be readable like any other
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def write_tensors_atomic(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
