@@ -132,7 +132,7 @@ def interp_restricted(model, clean, corrupt, metric, site, todo):
 def tl_cells(model, corrupt, clean_cache, metric, tl_fn, cols, todo):
     df = pd.DataFrame([[c for c, keep in zip(cell, cols) if keep] for cell in todo],
                       columns=[n for n, keep in zip(("layer", "pos", "head"), cols) if keep])
-    return tl_fn(model, corrupt, clean_cache, metric, index_df=df).detach().cpu()
+    return tl_fn(model, corrupt, clean_cache, metric, index_axis_names=None, index_df=df).detach().cpu()
 
 
 def sweeps(model, clean, corrupt, metric, args, which):

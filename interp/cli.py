@@ -12,27 +12,38 @@ from interp.errors import InterpError
 __all__ = ["REPROS", "build_parser", "main"]
 
 
+def _hook_label(name: str, aliases: list[str], prefix: str = "") -> str:
+    short = [a[len(prefix):] if a.startswith(prefix) else a for a in aliases]
+    return name[len(prefix):] + (f" (= {', '.join(short)})" if short else "")
+
+
 def _info(args: argparse.Namespace) -> int:
-    from interp.hooks import hook_names
+    from interp.hooks import hook_groups, hook_names
     from interp.model import describe, load
 
     from interp.gguf import REAL_MODELS
 
     model = load(args.spec)
-    info = {"spec": args.spec, **describe(model), "hook_names": hook_names(model)}
+    groups = hook_groups(model)
+    # hook_names: every name the model accepts (aliases and never-firing hooks included);
+    # hooks: the hook points a forward reaches, canonical name -> aliases
+    info = {"spec": args.spec, **describe(model), "hook_names": hook_names(model), "hooks": groups}
     if args.spec in REAL_MODELS:
         info = {"card": REAL_MODELS[args.spec].card, **info}
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
     for key, value in info.items():
-        if key == "hook_names":
-            per_block = [h for h in value if h.startswith("blocks.0.")]
-            others = [h for h in value if not h.startswith("blocks.")]
-            print(f"hook_names: {len(value)} in all; outside blocks: {', '.join(others)}")
-            print(f"  per block (blocks.0 shown): {', '.join(h[len('blocks.0.'):] for h in per_block)}")
-        else:
+        if key not in ("hook_names", "hooks"):
             print(f"{key}: {value}")
+    others = [_hook_label(n, a) for n, a in groups.items() if not n.startswith("blocks.")]
+    block0 = [_hook_label(n, a, "blocks.0.") for n, a in groups.items() if n.startswith("blocks.0.")]
+    n_quiet = len({id(p) for p in model.hook_dict.values()}) - len(groups)
+    print(f"hooks: {len(groups)} hook points fire in a forward pass (aliases in parentheses)")
+    print(f"  outside blocks: {', '.join(others)}")
+    print(f"  per block (blocks.0. shown): {', '.join(block0)}")
+    if n_quiet:
+        print(f"  ({n_quiet} more are gated off or unused by this architecture; --json lists every name)")
     return 0
 
 
@@ -56,7 +67,10 @@ def _zoo_list(args: argparse.Namespace) -> int:
         return 0
     import pandas as pd
 
-    print(pd.DataFrame(rows).to_string(index=False))
+    frame = pd.DataFrame(rows)
+    # a column no model fills (an accuracy split no listed task has) is left out
+    frame = frame.dropna(axis=1, how="all")
+    print(frame.fillna("").to_string(index=False))
     return 0
 
 
@@ -65,7 +79,7 @@ def _zoo_train(args: argparse.Namespace) -> int:
 
     if args.name not in RECIPES:
         raise InterpError(f"no recipe {args.name!r}; recipes: {', '.join(RECIPES)}")
-    card = train(RECIPES[args.name], args.out, steps=args.steps)
+    card = train(RECIPES[args.name], args.out, steps=args.steps, progress=not args.json)
     print(json.dumps({"name": card["name"], "seconds": card["training"]["seconds"], "accuracy": card.get("accuracy")}, indent=2))
     return 0
 
@@ -121,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="interp",
         description="Mechanistic interpretability on TransformerLens 4.x bridges.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command")
     p = sub.add_parser("info", help="family, sizes and hook names of a model")
     p.add_argument("spec", help="hub name, local HF directory, or zoo:NAME")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -135,8 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_zoo_list)
     p = zoo.add_parser("train", help="retrain one zoo model from scratch on the CPU")
     p.add_argument("name", help="recipe name, e.g. lm-gpt2 (see `interp zoo list`)")
-    p.add_argument("--out", default=None, help="output directory (default: data/zoo/NAME)")
+    p.add_argument("--out", default=None,
+                   help="output directory (default: NAME in the user zoo, $INTERP_CACHE/zoo or ~/.cache/interp/zoo, "
+                        "which zoo:NAME searches before the shipped models)")
     p.add_argument("--steps", type=int, default=None, help="override the step count (smoke runs)")
+    p.add_argument("--json", action="store_true", help="no progress bar (the summary is JSON either way)")
     p.set_defaults(func=_zoo_train)
     p = sub.add_parser("sweep", help="run a TOML list of patching experiments, resumably")
     p.add_argument("config", help="TOML config with [[experiment]] tables (see examples/)")
@@ -161,7 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # a bare `interp`: the help, and success
+        parser.print_help()
+        return 0
     try:
         return args.func(args)
     except (InterpError, FileNotFoundError) as err:  # bad input; anything else is a bug and shows its traceback

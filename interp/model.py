@@ -1,7 +1,7 @@
 """Loading models as TransformerLens 4.x bridges; the one place that knows TL boot details.
 
 `load(spec)` accepts a Hugging Face hub name, a local HF-format directory, or `zoo:NAME` (a model
-shipped in data/zoo). It returns a `TransformerBridge` in eval mode with
+shipped in interp/data/zoo, or trained into the user zoo, `user_zoo_dir()`). It returns a `TransformerBridge` in eval mode with
 `enable_compatibility_mode()` applied, so HookedTransformer hook names and numerics hold.
 
 `build_tiny(family, directory)` writes a small random-weight model of one of the five supported
@@ -10,8 +10,9 @@ families (with a local word-level tokenizer) for quick experiments and tests.
 
 from __future__ import annotations
 
+import functools
 import json
-import os
+import logging
 import socket
 import warnings
 from contextlib import contextmanager
@@ -25,12 +26,14 @@ from interp.errors import InterpError
 from interp.results import atomic_dir
 from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
 
-__all__ = ["FAMILIES", "DECODER_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "resolve", "resume", "save_model_dir", "skipped_blocks"]
+__all__ = ["FAMILIES", "DECODER_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "quiet_loading", "resolve", "resume", "save_model_dir", "skipped_blocks", "user_zoo_dir", "zoo_dirs", "zoo_path"]
 
 FAMILIES = ("gpt2", "llama", "gemma2", "qwen2", "bert")
 # decoders that the real models add (loaded, not built by build_tiny or trained in the zoo)
 DECODER_FAMILIES = (*FAMILIES[:4], "gemma3", "gemma3_text")
-ZOO_DIR = Path(__file__).resolve().parent.parent / "data" / "zoo"
+# The shipped zoo: package data, so a wheel carries it. Nothing writes here at run time; models
+# trained with `interp zoo train` go to user_zoo_dir(), which `zoo:NAME` searches first.
+ZOO_DIR = Path(__file__).resolve().parent / "data" / "zoo"
 _ARCHITECTURES = {
     "GPT2LMHeadModel": "gpt2",
     "LlamaForCausalLM": "llama",
@@ -171,6 +174,26 @@ class ModelNotFoundError(FileNotFoundError):
     """A model spec that names nothing loadable here."""
 
 
+def user_zoo_dir() -> Path:
+    """Where `interp zoo train` writes by default: $INTERP_CACHE/zoo (default ~/.cache/interp/zoo)."""
+    from interp.gguf import cache_dir
+
+    return cache_dir() / "zoo"
+
+
+def zoo_dirs() -> tuple[Path, ...]:
+    """The folders `zoo:NAME` is looked up in, first match wins: the user zoo, then the shipped one."""
+    return (user_zoo_dir(), ZOO_DIR)
+
+
+def zoo_path(name: str) -> Path | None:
+    """The folder of zoo model `name` (the user zoo before the shipped one), or None."""
+    for root in zoo_dirs():
+        if (root / name / "config.json").exists():
+            return root / name
+    return None
+
+
 def _hub_reachable(timeout: float = 2.0) -> bool:
     from huggingface_hub import constants
 
@@ -180,6 +203,13 @@ def _hub_reachable(timeout: float = 2.0) -> bool:
         return True
     except OSError:
         return False
+
+
+def _hub_offline() -> bool:
+    """HF_HUB_OFFLINE as huggingface_hub reads it (any of its truthy spellings: 1, true, yes, on)."""
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
 
 
 def _hub_cached(name: str) -> bool:
@@ -204,10 +234,11 @@ def resolve(spec: str | Path) -> str:
         return str(gguf.convert(spec_str))
     if spec_str.startswith("zoo:"):
         name = spec_str[4:]
-        path = ZOO_DIR / name
-        if not (path / "config.json").exists():
-            have = sorted(p.name for p in ZOO_DIR.iterdir() if (p / "config.json").exists()) if ZOO_DIR.exists() else []
-            raise ModelNotFoundError(f"zoo model {name!r} not found in {ZOO_DIR}; available: {have or 'none'}")
+        path = zoo_path(name) if name else None
+        if path is None:
+            have = sorted({p.name for root in zoo_dirs() if root.is_dir() for p in root.iterdir() if (p / "config.json").exists()})
+            where = " or ".join(str(root) for root in zoo_dirs())
+            raise ModelNotFoundError(f"zoo model {name!r} not found in {where}; available: {have or 'none'}")
         return str(path)
     path = Path(spec_str).expanduser()
     if path.exists() or spec_str.startswith((".", "/", "~")):
@@ -217,7 +248,7 @@ def resolve(spec: str | Path) -> str:
         return str(path)
     if spec_str.count("/") > 1 or not spec_str:
         raise ModelNotFoundError(f"{spec_str!r} is neither a local directory, a zoo:NAME, nor a hub name")
-    if not _hub_cached(spec_str) and (os.environ.get("HF_HUB_OFFLINE") == "1" or not _hub_reachable()):
+    if not _hub_cached(spec_str) and (_hub_offline() or not _hub_reachable()):
         raise ModelNotFoundError(
             f"{spec_str!r} is not in the local Hugging Face cache and the hub cannot be reached. "
             "Pass a local HF-format directory (config.json, model.safetensors, tokenizer files) "
@@ -258,6 +289,69 @@ def _local_tokenizer(path: Path):
     return PreTrainedTokenizerFast.from_pretrained(str(path), add_bos_token=True)
 
 
+class _DropBelowError(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Silence what loading prints that a user cannot act on, for the body only; every setting
+    touched is restored on exit, even on error.
+
+    Python warnings; transformers' log below ERROR and its per-weight "Loading weights" bar;
+    transformer_lens's log below ERROR; and records below ERROR sent straight to the root logger
+    (TransformerLens's "center_unembed=True is incompatible with logit softcapping" for Gemma),
+    without `logging.warning` installing a root handler behind the caller's back. Hub download
+    bars stay: a download is long and should show progress.
+    """
+    from transformers.utils import logging as hf_logging
+
+    root, tl_logger = logging.getLogger(), logging.getLogger("transformer_lens")
+    verbosity, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    tl_level = tl_logger.level
+    guard, drop = logging.NullHandler(), _DropBelowError()
+    # logging.warning() calls basicConfig() when the root logger has no handler; one that swallows
+    # nothing (the filter below decides) keeps it from adding a permanent stderr handler.
+    added_guard = not root.handlers
+    if added_guard:
+        root.addHandler(guard)
+    root.addFilter(drop)
+    try:
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        tl_logger.setLevel(logging.ERROR)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.removeFilter(drop)
+        if added_guard:
+            root.removeHandler(guard)
+        tl_logger.setLevel(tl_level)
+        hf_logging.set_verbosity(verbosity)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
+# TransformerLens 4.3's generate hands the HF model `past_key_values`, which transformers 5
+# deprecates in favour of `cache` with a FutureWarning on every call: TL's doing, not the caller's.
+_GENERATE_NOISE = r"`past_key_values` is deprecated"
+
+
+def _quiet_generate(bridge) -> None:
+    """Give this bridge (only) a `generate` that drops the deprecation warning above."""
+    original = bridge.generate
+
+    @functools.wraps(original)
+    def generate(*args: Any, **kwargs: Any):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_GENERATE_NOISE, category=FutureWarning)
+            return original(*args, **kwargs)
+
+    object.__setattr__(bridge, "generate", generate)
+
+
 def load(
     spec: str | Path,
     *,
@@ -280,8 +374,7 @@ def load(
         if tokenizer is not None:
             kwargs["tokenizer"] = tokenizer
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with quiet_loading():
             bridge = TransformerBridge.boot_transformers(target, **kwargs)
             bridge.enable_compatibility_mode(disable_warnings=True)
     except ModelNotFoundError:
@@ -291,6 +384,7 @@ def load(
     if local is not None and "tokenizer" in kwargs:
         # Zoo models are trained on BOS-prefixed rows in every family; keep to_tokens consistent.
         bridge.cfg.default_prepend_bos = True
+    _quiet_generate(bridge)
     bridge.eval()
     return bridge
 

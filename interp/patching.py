@@ -8,6 +8,19 @@ Each cell is a `Patch` intervention and every cell of a sweep is one variant of 
 many cells share one batched forward, and on a causal decoder each forward begins at its cells'
 first patched block and position, the rest taken from one recorded base run. The numbers are
 the same as TransformerLens's to float rounding (the tests hold them to 1e-4).
+
+Units. Every result's meta names the metric (`meta["metric"]`: the Task's metric name, else the
+metric function's `__name__`, else "metric") and its baselines `clean_metric` and
+`corrupt_metric`. `normalize=True` has one meaning for all three functions: 0 = the corrupt
+baseline, 1 = the clean baseline, i.e. (value - corrupt) / (clean - corrupt) for activation and
+path patching, and change / (clean - corrupt) for attribution patching (whose values already are
+changes from the corrupt run); meta["normalized"] says so (False when not normalised).
+
+Named positions. A Task may name positions per row (`Task.positions`, e.g. IOI's IO/S1/S2/END).
+With `by_pos=True` and rows that share those indices, the position ticks carry the names. Rows
+that do not (IOI of mixed templates) make a by-index sweep average unlike tokens, so it raises
+unless `positions="named"` (the position axis becomes the names; each row is patched at its own
+index for each name) or `positions="mean"` (accept the by-index average).
 """
 
 from __future__ import annotations
@@ -23,10 +36,14 @@ from interp.hooks import check_head, n_kv_heads
 from interp.interventions import Patch
 from interp.metrics import Metric, for_task
 from interp.results import Grid
-from interp.sites import spec_of
+from interp.sites import position_axis, spec_of
 from interp.tasks.base import Task
 
-__all__ = ["SITES", "Cell", "activation_patch", "attribution_patch", "cells", "path_patch"]
+__all__ = ["NORMALIZED", "SITES", "Cell", "activation_patch", "attribution_patch", "cells", "path_patch"]
+
+# meta["normalized"] of a normalised result: the one meaning of normalize=True
+NORMALIZED = "0 = corrupt baseline, 1 = clean baseline"
+Positions = Literal["index", "named", "mean"]
 
 # the sites a patching sweep runs over (short names of interp.sites)
 SITES: tuple[str, ...] = ("resid_pre", "resid_mid", "attn_out", "mlp_out", "z", "q", "k", "v", "pattern")
@@ -35,16 +52,25 @@ SITES: tuple[str, ...] = ("resid_pre", "resid_mid", "attn_out", "mlp_out", "z", 
 Cell = tuple[int, "int | None", "int | None"]
 
 
+def _metric_name(metric, task: Task | None) -> str:
+    """The task's metric name when its metric is used, else the function's __name__, else "metric"."""
+    if metric is None and task is not None:
+        return task.metric
+    name = getattr(metric, "__name__", None)
+    return name if isinstance(name, str) and name.isidentifier() else "metric"
+
+
 def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict]:
-    """Accept a Task, or clean and corrupt tokens with a metric; return tokens, metric, task info."""
-    info: dict = {}
+    """Accept a Task, or clean and corrupt tokens with a metric; return tokens, metric, task info
+    (info["metric"] is the metric's name)."""
+    info: dict = {"metric": _metric_name(metric, clean if isinstance(clean, Task) else None)}
     if isinstance(clean, Task):
         if corrupt is not None:
             raise InterpError("pass either a Task, or clean and corrupt tokens; not a Task and corrupt tokens")
         task = clean
         metric = metric if metric is not None else for_task(task)
         clean, corrupt = task.clean, task.corrupt
-        info = {"task": task.name, "split": task.split, "n": len(task)}
+        info.update({"task": task.name, "split": task.split, "n": len(task)})
     if metric is None:
         raise InterpError("a metric (logits -> scalar tensor) is required with raw tokens; see interp.metrics")
     if not callable(metric):
@@ -96,6 +122,69 @@ def _labels(model, axes: tuple[str, ...], tokens: Tensor, shape: tuple[int, ...]
     return tuple(out)
 
 
+def _finish(grid: Grid, normalize: bool) -> Grid:
+    """The result, normalised (0 = corrupt baseline, 1 = clean baseline) when asked."""
+    if not normalize:
+        return Grid(grid.values, grid.axes, grid.labels, {**grid.meta, "normalized": False})
+    out = grid.normalize()
+    return Grid(out.values, out.axes, out.labels, {**out.meta, "normalized": NORMALIZED})
+
+
+def _named(task: Task | None, by_pos: bool, positions: str | None) -> tuple[str, dict[str, Tensor] | None, dict[int, str]]:
+    """How a by-position sweep treats the task's named positions: (mode, per-row positions for
+    "named", {index: name} tick names for aligned rows)."""
+    if positions not in (None, "index", "named", "mean"):
+        raise InterpError(f"positions={positions!r} must be 'index', 'named' or 'mean'")
+    if positions is not None and not by_pos:
+        raise InterpError(f"positions={positions!r} applies to a by-position sweep; pass by_pos=True too")
+    named = task.positions if task is not None else {}
+    if positions == "named":
+        if not named:
+            raise InterpError("positions='named' needs a Task with named positions (Task.positions); "
+                              "these inputs name none")
+        return "named", named, {}
+    if not by_pos or not named:
+        return "index", None, {}
+    aligned = task.aligned_positions()
+    if aligned is None and positions != "mean":
+        key, where = next((k, w) for k, w in named.items() if bool((w != w[0]).any()))
+        i = int((where != where[0]).nonzero()[0])
+        raise InterpError(
+            f"the rows of task {task.name}/{task.split} do not share their named positions: {key!r} is at index "
+            f"{int(where[0])} in row 0 but {int(where[i])} in row {i} (mixed templates?), so a by-position "
+            "sweep would average different tokens at each index. Pass positions='named' to patch each row at "
+            "its own position for each name (the position axis becomes the names), positions='mean' to accept "
+            "the by-index average, or select rows of one template"
+        )
+    ticks: dict[int, str] = {}
+    for key, index in (aligned or {}).items():
+        ticks[index] = f"{ticks[index]}/{key}" if index in ticks else key
+    return ("mean" if aligned is None else "index"), None, ticks
+
+
+def _relabel(grid: Grid, ticks: dict[int, str]) -> Grid:
+    """Name the position ticks (pos / dest axes) at the task's named indices."""
+    if not ticks:
+        return grid
+    labels = tuple(
+        tuple(ticks.get(i, t) for i, t in enumerate(ls)) if a in ("pos", "dest") else ls
+        for a, ls in zip(grid.axes, grid.labels)
+    )
+    return Grid(grid.values, grid.axes, labels, grid.meta)
+
+
+def _replaced(base: Tensor, source: Tensor, axis: int, where: Tensor) -> Tensor:
+    """`base` with each row's activation at index where[row] (along `axis`) taken from `source`."""
+    out = base.clone()
+    rows = torch.arange(base.shape[0], device=base.device)
+    where = where.to(base.device)
+    if axis == 1:
+        out[rows, where] = source[rows, where]
+    else:  # the pattern's dest axis [batch, head, dest, src]
+        out[rows, :, where] = source[rows, :, where]
+    return out
+
+
 def _check_site(site: str) -> None:
     if site not in SITES:
         raise InterpError(f"unknown site {site!r} for a patching sweep; valid sites: {', '.join(SITES)}")
@@ -110,6 +199,8 @@ def activation_patch(
     metric: Metric | None = None,
     by_pos: bool = False,
     direction: Literal["denoise", "noise"] = "denoise",
+    normalize: bool = False,
+    positions: Positions | None = None,
     variants_per_forward: int | None = None,
     progress: bool = True,
 ) -> Grid:
@@ -118,29 +209,57 @@ def activation_patch(
     `clean` is a Task (its metric is the default) or clean tokens with `corrupt` tokens and a
     `metric`. Axes: (layer) / (layer, pos) for residual sites, (layer, head) / (layer, pos, head)
     for per-head sites (kv_head for k and v on GQA models), (layer, head) / (layer, head, dest)
-    for the attention pattern. meta records the clean and corrupt metric values.
+    for the attention pattern. meta records the metric's name and the clean and corrupt metric.
+
+    `normalize=True`: (value - corrupt_metric) / (clean_metric - corrupt_metric), so 0 = the
+    corrupt baseline and 1 = the clean baseline in either direction (denoise: 1 = fully
+    restored; noise: 0 = fully broken); an InterpError when the two baselines are equal.
+
+    `positions` (with by_pos=True and a Task that names positions): by default rows must share
+    their named positions (the ticks then carry the names) or an InterpError explains why;
+    "named" makes the position axis the names, each row patched at its own index for each name;
+    "mean" accepts the by-index sweep over misaligned rows.
     """
     _check_site(site)
+    task = clean if isinstance(clean, Task) else None
     clean, corrupt, metric, info = _inputs(model, clean, corrupt, metric)
     if direction not in ("denoise", "noise"):
         raise InterpError(f"direction={direction!r} must be 'denoise' or 'noise'")
+    mode, named, ticks = _named(task, by_pos, positions)
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
     todo, axes, shape = cells(model, site, by_pos, clean.shape[1])
     names = [spec_of(site).hook.format(layer=l) for l in range(model.cfg.n_layers)]
     source_logits, source_acts = run.cache(model, source, names)
-    base_logits = run.logits(model, base)
+    labels = _labels(model, axes, clean, shape)
+    if mode == "named":
+        # a source equal to the base run's activation except at each row's named position: patched
+        # whole, it writes exactly those positions (the base run's activation is the base's there)
+        base_logits, base_acts = run.cache(model, base, names)
+        keys = list(named)
+        axis = position_axis(names[0])
+        sources = {(l, k): _replaced(base_acts[names[l]], source_acts[names[l]], axis, named[k])
+                   for l in range(model.cfg.n_layers) for k in keys}
+        p_axis = axes.index("dest" if "dest" in axes else "pos")
+        shape = tuple(len(keys) if i == p_axis else n for i, n in enumerate(shape))
+        todo = [c for c in todo if c[1] is not None and c[1] < len(keys)]
+        variants = [[Patch(names[l], sources[(l, keys[p])], head=h)] for l, p, h in todo]
+        labels = tuple(tuple(keys) if i == p_axis else ls for i, ls in enumerate(labels))
+    else:
+        base_logits = run.logits(model, base)
+        variants = [[Patch(names[l], source_acts[names[l]], pos=p, head=h)] for l, p, h in todo]
     clean_logits, corrupt_logits = (source_logits, base_logits) if direction == "denoise" else (base_logits, source_logits)
-    variants = [[Patch(names[l], source_acts[names[l]], pos=p, head=h)] for l, p, h in todo]
     values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
                           progress=progress, desc=f"patch {site}")
-    return Grid(
+    grid = Grid(
         values.view(shape),
         axes,
-        _labels(model, axes, clean, shape),
+        labels,
         {"method": "activation_patch", "site": site, "direction": direction, "by_pos": by_pos,
          "clean_metric": run.scalar(metric, clean_logits, "clean"),
-         "corrupt_metric": run.scalar(metric, corrupt_logits, "corrupt"), "metric": "metric", **info},
+         "corrupt_metric": run.scalar(metric, corrupt_logits, "corrupt"), **info,
+         **({"positions": mode} if by_pos and task is not None and task.positions else {})},
     )
+    return _finish(_relabel(grid, ticks), normalize)
 
 
 def attribution_patch(
@@ -151,18 +270,26 @@ def attribution_patch(
     site: str,
     metric: Metric | None = None,
     by_pos: bool = False,
+    normalize: bool = False,
+    positions: Positions | None = None,
 ) -> Grid:
     """Attribution patching: (clean - corrupt) . d metric / d activation, on the corrupt run.
 
     The first-order estimate of `activation_patch(..., direction="denoise")` minus the corrupt
     metric, from one clean forward and one corrupt forward + backward, for every cell at once.
-    Same axes as activation_patch.
+    Same axes as activation_patch; the values are changes from the corrupt baseline
+    (meta["relative_to"] = "corrupt_metric"). `normalize=True`: change / (clean_metric -
+    corrupt_metric), the same scale as a normalised activation_patch (0 = corrupt baseline, 1 =
+    clean baseline). `positions` as in activation_patch ("named": each row's score is read at
+    its own index for each name).
     """
     _check_site(site)
+    task = clean if isinstance(clean, Task) else None
     clean, corrupt, metric, info = _inputs(model, clean, corrupt, metric)
+    mode, named, ticks = _named(task, by_pos, positions)
     spec = spec_of(site)
     names = [spec.hook.format(layer=l) for l in range(model.cfg.n_layers)]
-    _, clean_acts = run.cache(model, clean, names)
+    clean_logits, clean_acts = run.cache(model, clean, names)
     logits, acts = run.with_grad(model, corrupt, names)
     with torch.enable_grad():
         value = metric(logits)
@@ -174,6 +301,14 @@ def attribution_patch(
         if grad is None:
             raise InterpError(f"{name} does not reach the metric; cannot attribute through it")
         score = (clean_acts[name] - acts[name].detach()) * grad
+        if mode == "named":  # per name: each row's score at its own index
+            per_pos = score.sum(tuple(range(3, score.ndim))) if spec.kind == "pattern" else score.sum(-1)
+            axis = 2 if spec.kind == "pattern" else 1
+            rows_ = torch.arange(score.shape[0], device=score.device)
+            picked = [(per_pos[rows_, :, named[k].to(score.device)] if axis == 2 else per_pos[rows_, named[k].to(score.device)])
+                      .sum(0) for k in named]
+            rows.append(torch.stack(picked, -1) if axis == 2 else torch.stack(picked, 0))
+            continue
         if spec.kind == "resid":
             rows.append(score.sum((0, 2)) if by_pos else score.sum())
         elif spec.kind == "head":
@@ -182,13 +317,19 @@ def attribution_patch(
             rows.append(score.sum((0, 3)) if by_pos else score.sum((0, 2, 3)))
     values = torch.stack(rows).detach()
     _, axes, _ = cells(model, site, by_pos, clean.shape[1])
-    return Grid(
+    labels = _labels(model, axes, clean, tuple(values.shape))
+    if mode == "named":
+        p_axis = axes.index("dest" if "dest" in axes else "pos")
+        labels = tuple(tuple(named) if i == p_axis else ls for i, ls in enumerate(labels))
+    grid = Grid(
         values,
         axes,
-        _labels(model, axes, clean, tuple(values.shape)),
-        {"method": "attribution_patch", "site": site, "by_pos": by_pos, "corrupt_metric": float(value.detach()),
-         "metric": "metric change", **info},
+        labels,
+        {"method": "attribution_patch", "site": site, "by_pos": by_pos, "relative_to": "corrupt_metric",
+         "clean_metric": run.scalar(metric, clean_logits, "clean"), "corrupt_metric": float(value.detach()), **info,
+         **({"positions": mode} if by_pos and task is not None and task.positions else {})},
     )
+    return _finish(_relabel(grid, ticks), normalize)
 
 
 Receiver = tuple[int, int, Literal["q", "k", "v"]]
@@ -202,6 +343,7 @@ def path_patch(
     metric: Metric | None = None,
     senders: Sequence[tuple[int, int]] | None = None,
     receivers: Sequence[Receiver] | Literal["logits"] = "logits",
+    normalize: bool = False,
     variants_per_forward: int | None = None,
     progress: bool = True,
 ) -> Grid:
@@ -213,6 +355,10 @@ def path_patch(
     q/k/v (per KV head for k and v on GQA models) are recorded in that run and patched into a
     fresh clean run, whose metric is the result. `senders=None` sweeps every head. Returns a
     (layer, head) Grid over the senders (NaN where a sender cannot reach any receiver).
+
+    meta records the metric's name, clean_metric and corrupt_metric. `normalize=True`:
+    (value - corrupt_metric) / (clean_metric - corrupt_metric), 0 = corrupt baseline, 1 = clean
+    baseline (here 1 = the sender's path carries none of the clean-vs-corrupt difference).
     """
     clean, corrupt, metric, info = _inputs(model, clean, corrupt, metric)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
@@ -233,7 +379,7 @@ def path_patch(
     z_names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers)]
     mlp_names = [f"blocks.{l}.hook_mlp_out" for l in range(n_layers)]
     clean_logits, clean_acts = run.cache(model, clean, z_names + mlp_names)
-    _, corrupt_z = run.cache(model, corrupt, z_names)
+    corrupt_logits, corrupt_z = run.cache(model, corrupt, z_names)
     frozen = [Patch(n, clean_acts[n]) for n in z_names + mlp_names]
     # frozen to clean everywhere, except the sender's own output, which is corrupt
     variants = [frozen + [Patch(z_names[l], corrupt_z[z_names[l]], head=h)] for l, h in senders_run]
@@ -250,9 +396,11 @@ def path_patch(
     values = torch.full((n_layers, n_heads), float("nan"))
     for (layer, head), value in zip(senders_run, result.tolist()):
         values[layer, head] = value
-    return Grid(
+    grid = Grid(
         values,
         ("layer", "head"),
         meta={"method": "path_patch", "receivers": "logits" if receivers == "logits" else [list(r) for r in receivers],
-              "clean_metric": run.scalar(metric, clean_logits, "clean"), "metric": "metric", **info},
+              "clean_metric": run.scalar(metric, clean_logits, "clean"),
+              "corrupt_metric": run.scalar(metric, corrupt_logits, "corrupt"), **info},
     )
+    return _finish(grid, normalize)

@@ -3,8 +3,12 @@
 This is, with report.py, the only module that imports plotly or circuitsvis, and it imports
 `interp.results` only: any result is drawn through its Grid (`to_grid()`), whose `meta["chart"]`
 picks the chart (`interp.results.CHARTS`); without one a Grid is drawn by its number of axes:
-1 -> bar chart, 2 -> heatmap, 3 -> faceted heatmaps (one panel per entry of the first axis). Axis
-titles and tick labels come from the Grid itself, so a new capability draws with no edit here.
+1 -> bar chart, 2 -> heatmap, 3 -> faceted heatmaps (one panel per entry of the first axis),
+except where the first axis is ordered (`ORDERED`: layer, pos, step, rank, k, strength) and a line
+reads better: 1 ordered axis -> a line; an ordered axis and a small (<= 8) categorical one
+(`CATEGORICAL`, e.g. split / metric / model, or a name outside the usual vocabulary) -> one line
+per entry. A Grid of 4 or more axes must be reduced first (`grid.mean(...)`, `grid.sel(...)`).
+Axis titles and tick labels come from the Grid itself, so a new capability draws with no edit here.
 A pandas DataFrame is drawn as a table.
 """
 
@@ -21,8 +25,17 @@ import torch
 
 from interp.errors import InterpError
 from interp.results import CHARTS, Grid
+from interp.tensors import AXES
 
-__all__ = ["Widget", "attention", "circuitsvis_bundle", "render"]
+__all__ = ["CATEGORICAL", "ORDERED", "Widget", "attention", "circuitsvis_bundle", "render"]
+
+# axes whose entries have an order worth a line (x axis of an automatic line chart)
+ORDERED = ("layer", "pos", "step", "rank", "k", "strength")
+# axes whose entries are a few named things (one line each when beside an ordered axis)
+CATEGORICAL = ("split", "metric", "model", "method", "site", "seed", "quantity", "unit")
+_MAX_SERIES = 8
+# the axes most often averaged away, in the order a 4+-axis error suggests them
+_REDUCIBLE = ("seed", "batch", "split", "model", "method", "metric", "step", "strength", "k", "rank", "site")
 
 _DIVERGING = "RdBu"
 _SEQUENTIAL = "Viridis"
@@ -75,11 +88,27 @@ def _grid(grid: Grid):
     chart = grid.meta.get("chart")
     if chart is not None and chart not in CHARTS:
         raise InterpError(f"meta['chart']={chart!r} is not one of {CHARTS}")
+    if chart is None:
+        chart = _auto_chart(grid)
     if chart in ("lines", "bars", "scatter", "complex"):
         fig = {"lines": _lines, "bars": _bars, "scatter": _scatter, "complex": _complex}[chart](grid)
         fig.update_layout(title=_title(grid), template="plotly_white")
         return fig
     return _by_axes(grid)
+
+
+def _auto_chart(grid: Grid) -> str | None:
+    """"lines" where the first axis is ordered and a line reads better than a bar or heatmap."""
+    if not grid.axes or grid.axes[0] not in ORDERED or grid.shape[0] < 2:
+        return None
+    if len(grid.axes) == 1:
+        return "lines"
+    if len(grid.axes) == 2:
+        second = grid.axes[1]
+        categorical = second in CATEGORICAL or second not in AXES
+        if categorical and grid.shape[1] <= _MAX_SERIES:
+            return "lines"
+    return None
 
 
 def _errors(grid: Grid) -> tuple[torch.Tensor, dict[str, Any] | None]:
@@ -233,8 +262,11 @@ def _by_axes(grid: Grid):
         names = _ticks(grid.labels[0])
         fig.for_each_annotation(lambda a: a.update(text=f"{grid.axes[0]}={names[int(a.text.split('=')[-1])]}"))
     else:
+        pick = next((a for a in _REDUCIBLE if a in grid.axes), grid.axes[0])
+        example = grid.labels[grid.axis(pick)][0]
         raise InterpError(
-            f"cannot draw a {values.ndim}-axis Grid {grid.axes}; select or average axes down to 3"
+            f"cannot draw a {values.ndim}-axis Grid {dict(zip(grid.axes, grid.shape))}; select or average axes "
+            f"down to 3: use grid.mean({pick!r}) or grid.sel({pick}={example!r}) to get down to {values.ndim - 1} axes"
         )
     fig.update_layout(title=_title(grid), template="plotly_white")
     return fig

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from interp.model import ZOO_DIR, hf_config, hf_model_class, save_model_dir
+from interp.model import hf_config, hf_model_class, save_model_dir, user_zoo_dir
 from interp.tasks import PAD_ID, dyck, english, markov, modular, pad_rows
 from interp.errors import InterpError
 
@@ -321,7 +321,8 @@ def train(
     evaluate_after: bool = True,
     phase1_from: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Train `recipe` from scratch; save it to `out_dir` (default data/zoo/NAME). Returns its card.
+    """Train `recipe` from scratch; save it to `out_dir` (default NAME in the user zoo,
+    `interp.model.user_zoo_dir()`: never the installed package). Returns its card.
 
     `steps` overrides the step count of each phase (for smoke tests). A recipe with
     `finetune_steps` runs a second phase from a fresh optimiser on a corpus with the
@@ -386,7 +387,7 @@ def _train(recipe: Recipe, out_dir, *, progress: bool, evaluate_after: bool, pha
     }
     if history:
         card["history"] = history
-    out_dir = Path(out_dir) if out_dir is not None else ZOO_DIR / recipe.name
+    out_dir = Path(out_dir) if out_dir is not None else user_zoo_dir() / recipe.name
     save_model_dir(model, tokenizer, out_dir)
     if snapshots:
         _save_checkpoints(recipe, model, tokenizer, history, snapshots, out_dir)

@@ -1,7 +1,9 @@
-"""The zoo: small trained models shipped in data/zoo/, one HF-format directory each, with cards.
+"""The zoo: small trained models shipped in interp/data/zoo/ (package data, so a wheel carries
+them), one HF-format directory each, with cards.
 
 `interp.load("zoo:NAME")` loads one; `entries()` lists them with their recorded accuracies;
-`interp zoo train NAME` (interp.train) retrains one from scratch.
+`interp zoo train NAME` (interp.train) retrains one from scratch into the user zoo
+(`interp.model.user_zoo_dir()`, $INTERP_CACHE/zoo), which `zoo:NAME` searches first.
 """
 
 from __future__ import annotations
@@ -9,13 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from interp.model import ZOO_DIR
+from interp.model import ZOO_DIR, user_zoo_dir, zoo_dirs, zoo_path
 
 __all__ = ["card", "entries", "table"]
 
 
 def card(name: str) -> dict[str, Any]:
-    path = ZOO_DIR / name / "card.json"
+    """The card of zoo model `name`: the user zoo's copy if there is one, else the shipped one."""
+    folder = zoo_path(name)
+    path = (folder or ZOO_DIR / name) / "card.json"
     if not path.exists():
         have = [e["name"] for e in entries()]
         raise FileNotFoundError(f"zoo model {name!r} has no card at {path}; available: {have or 'none'}")
@@ -23,10 +27,21 @@ def card(name: str) -> dict[str, Any]:
 
 
 def entries() -> list[dict[str, Any]]:
-    """Every shipped model's card, sorted by name."""
-    if not ZOO_DIR.exists():
-        return []
-    return [json.loads(p.read_text()) for p in sorted(ZOO_DIR.glob("*/card.json"))]
+    """Every zoo model's card, sorted by name; a model in the user zoo hides the shipped one of
+    that name, and its card carries "zoo": "user" (its folder in "path")."""
+    found: dict[str, dict[str, Any]] = {}
+    user = user_zoo_dir()
+    for root in reversed(zoo_dirs()):  # the shipped zoo first, so the user zoo overrides it
+        if not root.is_dir():
+            continue
+        for p in sorted(root.glob("*/card.json")):
+            if not (p.parent / "config.json").exists():
+                continue
+            c = json.loads(p.read_text())
+            if root == user:
+                c = {**c, "zoo": "user", "path": str(p.parent)}
+            found[p.parent.name] = c
+    return [found[k] for k in sorted(found)]
 
 
 def table() -> list[dict[str, Any]]:
@@ -43,6 +58,7 @@ def table() -> list[dict[str, Any]]:
             "heads": sizes["n_heads"],
             "kv_heads": sizes.get("n_kv_heads", sizes["n_heads"]),
             "train_s": c["training"]["seconds"],
+            "zoo": c.get("zoo"),  # "user" for a model trained here; the column is dropped when none is
             **{k: round(v, 4) for k, v in c.get("accuracy", {}).items()},
         })
     return rows

@@ -192,3 +192,28 @@ def test_gemma3_tasks():
     (sva_clean,), _ = _logit_diffs(gemma, [sva])
     assert (ioi_clean > 0).float().mean() >= 0.75  # measured 1.00 on 32 rows of every ioi split
     assert (sva_clean > 0).float().mean() >= 0.75  # measured 1.00 on 32 rows
+
+
+def test_named_positions_match_the_tokens(model, ioi_tasks, sva_tasks):
+    for split, t in ioi_tasks.items():
+        assert list(t.positions) == ["IO", "S1", "S2", "END"], split
+        rows = torch.arange(len(t))
+        assert torch.equal(t.clean[rows, t.positions["IO"]], t.correct)
+        assert torch.equal(t.clean[rows, t.positions["S1"]], t.incorrect)
+        assert torch.equal(t.clean[rows, t.positions["S2"]], t.incorrect)
+        assert (t.positions["END"] == t.answer_pos).all()
+        assert torch.equal(t.positions["S2"], torch.tensor(t.meta["s2_pos"]))
+        if split.startswith("abba"):
+            assert torch.equal(t.positions["IO"], torch.tensor(t.meta["a_pos"]))
+    for split, t in sva_tasks.items():
+        want = ["subject", "END"] if split == "none" else ["subject", "attractor", "END"]
+        assert list(t.positions) == want, split
+        rows = torch.arange(len(t))
+        subject = t.clean[rows, t.positions["subject"]]
+        assert (subject != t.corrupt[rows, t.positions["subject"]]).all()  # the corruption flips the head noun
+        assert torch.equal(t.positions["subject"], torch.tensor(t.meta["subject_pos"]))
+        if "attractor" in t.positions:
+            assert torch.equal(t.positions["attractor"], torch.tensor(t.meta["attractor_pos"]))
+    sliced = ioi_tasks["mixed"][[3, 1]]
+    assert torch.equal(sliced.positions["S2"], ioi_tasks["mixed"].positions["S2"][[3, 1]])
+    assert "positions=[IO, S1, S2, END]" in repr(ioi_tasks["mixed"])

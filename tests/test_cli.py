@@ -53,3 +53,48 @@ def test_demo_writes_a_report(tmp_path):
     text = path.read_text()
     assert path.name == "report.html" and "CircuitsVis.render(" in text and "Plotly.newPlot" in text
     assert not any(p.name.startswith(".") for p in tmp_path.iterdir())
+
+
+def test_bare_interp_prints_help_and_succeeds(capsys):
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert "usage: interp" in out and "steer" in out and "zoo" in out
+
+
+def test_info_groups_aliases_and_lists_only_hooks_that_fire(tiny_dirs, capsys):
+    assert main(["info", tiny_dirs["llama"]]) == 0
+    out = capsys.readouterr().out
+    assert "hook_resid_pre (= hook_in)" in out  # one line per hook point, aliases folded into it
+    assert "hook_pos_embed" not in out  # rotary: the alias exists but never fires
+    assert "attn.hook_result" not in out  # gated off until set_use_attn_result(True)
+    assert main(["info", tiny_dirs["gpt2"]]) == 0
+    assert "hook_pos_embed" in capsys.readouterr().out  # learned positions: it fires
+    assert main(["info", tiny_dirs["llama"], "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert "hook_pos_embed" in info["hook_names"]  # the full machine-readable list keeps every name
+    assert "hook_pos_embed" not in info["hooks"]
+    assert info["hooks"]["blocks.0.hook_resid_pre"] == ["blocks.0.hook_in"]
+
+
+def test_json_output_is_json_only(tmp_path):
+    """stdout of --json is one JSON document: no progress bar, no warning (stderr may say more)."""
+    import os
+
+    env = {**os.environ, "INTERP_CACHE": str(tmp_path)}
+    for argv in (["info", "zoo:lm-gemma2", "--json"], ["zoo", "list", "--json"]):
+        out = subprocess.run([sys.executable, "-m", "interp.cli", *argv], capture_output=True, text=True, env=env)
+        assert out.returncode == 0, out.stderr
+        json.loads(out.stdout)
+        assert "Loading weights" not in out.stderr and "center_unembed" not in out.stderr, out.stderr
+
+
+def test_zoo_list_drops_empty_columns(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    assert main(["zoo", "list"]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header[:2] == ["name", "family"]
+    assert "zoo" not in header  # no model trained into the user zoo: the column would be empty
+    from interp.zoo import table
+
+    rows = table()
+    assert all(any(r.get(col) not in (None, "") for r in rows) for col in header)

@@ -1,5 +1,6 @@
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,13 +93,19 @@ def test_pickle_only_checkpoint_is_refused(tiny_dirs, tmp_path):
 
 
 def test_hub_name_offline_fails_at_once(monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    # offline mode as huggingface_hub reads it (HF_HUB_OFFLINE=1/true/yes/on, TRANSFORMERS_OFFLINE)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(interp.model, "_hub_reachable", lambda timeout=2.0: pytest.fail("network checked while offline"))
     with pytest.raises(ModelNotFoundError, match="local HF-format directory"):
         interp.load("some-org/some-model-that-is-not-cached")
 
 
 def test_hub_name_without_network_fails_cleanly(monkeypatch):
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(interp.model, "_hub_reachable", lambda timeout=2.0: False)
     with pytest.raises(ModelNotFoundError, match="cannot be reached"):
         interp.load("gpt2-not-cached-anywhere")
@@ -173,3 +180,40 @@ def test_build_tiny_leaves_the_callers_rng_alone(tmp_path):
     torch.manual_seed(123)
     interp.build_tiny("gpt2", tmp_path / "m", seed=0)
     assert torch.equal(torch.rand(3), want)
+
+
+def test_zoo_ships_inside_the_package():
+    from interp.model import ZOO_DIR
+
+    assert ZOO_DIR == Path(interp.__file__).resolve().parent / "data" / "zoo"
+    assert (ZOO_DIR / "lm-gpt2" / "config.json").exists()
+
+
+def test_user_zoo_is_searched_first(tmp_path, monkeypatch, tiny_dirs):
+    """`interp zoo train` writes to $INTERP_CACHE/zoo; zoo:NAME finds it there before the shipped one."""
+    import shutil
+
+    from interp import zoo
+    from interp.model import ZOO_DIR, user_zoo_dir, zoo_path
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    assert user_zoo_dir() == tmp_path / "cache" / "zoo"
+    assert resolve("zoo:lm-gpt2") == str(ZOO_DIR / "lm-gpt2")  # nothing trained yet: the shipped one
+    mine = user_zoo_dir() / "lm-gpt2"
+    shutil.copytree(tiny_dirs["gpt2"], mine)
+    (mine / "card.json").write_text(json.dumps({**zoo.card("lm-gpt2"), "task": "mine"}))
+    assert zoo_path("lm-gpt2") == mine and resolve("zoo:lm-gpt2") == str(mine)
+    assert zoo.card("lm-gpt2")["task"] == "mine"
+    listed = {e["name"]: e for e in zoo.entries()}
+    assert listed["lm-gpt2"]["zoo"] == "user" and "zoo" not in listed["lm-llama"]
+    with pytest.raises(ModelNotFoundError, match="available: .*lm-gpt2"):
+        resolve("zoo:no-such-model")
+
+
+def test_train_writes_to_the_user_zoo_by_default(monkeypatch, tmp_path):
+    from interp import train as train_module
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    recipe = train_module.RECIPES["markov-s1"]
+    card = train_module.train(recipe, steps=1, progress=False, evaluate_after=False)
+    assert (tmp_path / "zoo" / "markov-s1" / "config.json").exists() and card["name"] == "markov-s1"

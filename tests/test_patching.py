@@ -216,3 +216,124 @@ def test_bert_patching_runs_whole_forwards_and_equals_transformer_lens(tiny_mode
     ours = patching.activation_patch(bert, clean, corrupt, metric=metric, site="z", by_pos=True, progress=False)
     theirs = tlp.get_act_patch_attn_head_out_by_pos(bert, corrupt, clean_cache, metric).detach().cpu()
     assert (ours.values - theirs).abs().max() <= 1e-4 and ours.values.std() > 0
+
+# ---- units, normalisation, named positions ---------------------------------------------------
+
+
+def logit_gap(logits):
+    return (logits[:, -1, 7] - logits[:, -1, 8]).mean()
+
+
+def test_every_result_names_its_metric_and_both_baselines(gpt2):
+    clean, corrupt = _pair(8)
+    with torch.no_grad():
+        clean_value, corrupt_value = float(logit_gap(gpt2(clean))), float(logit_gap(gpt2(corrupt)))
+    results = [
+        patching.activation_patch(gpt2, clean, corrupt, metric=logit_gap, site="z", progress=False),
+        patching.attribution_patch(gpt2, clean, corrupt, metric=logit_gap, site="z"),
+        patching.path_patch(gpt2, clean, corrupt, metric=logit_gap, progress=False),
+    ]
+    for g in results:
+        assert g.meta["metric"] == "logit_gap" and g.meta["normalized"] is False
+        assert g.meta["clean_metric"] == pytest.approx(clean_value, abs=1e-5)
+        assert g.meta["corrupt_metric"] == pytest.approx(corrupt_value, abs=1e-5)
+    unnamed = patching.activation_patch(gpt2, clean, corrupt, metric=lambda lg: logit_gap(lg), site="resid_pre", progress=False)
+    assert unnamed.meta["metric"] == "metric"
+
+
+def test_normalize_means_zero_at_corrupt_and_one_at_clean(gpt2):
+    clean, corrupt = _pair(9)  # rows differ at positions 2 and 4 only
+    kw = dict(metric=logit_gap, site="resid_pre", progress=False)
+    whole = patching.activation_patch(gpt2, clean, corrupt, normalize=True, **kw)
+    assert whole.meta["normalized"] == patching.NORMALIZED
+    assert whole.values[0].item() == pytest.approx(1.0, abs=1e-5)  # all of layer 0's input is the clean run
+    noise = patching.activation_patch(gpt2, clean, corrupt, normalize=True, direction="noise", **kw)
+    assert noise.values[0].item() == pytest.approx(0.0, abs=1e-5)  # ... or all of it the corrupt run
+    by_pos = patching.activation_patch(gpt2, clean, corrupt, normalize=True, by_pos=True, **kw)
+    assert torch.allclose(by_pos.values[0, [0, 1, 3, 5, 6]], torch.zeros(5, dtype=by_pos.values.dtype), atol=1e-5)
+    raw = patching.activation_patch(gpt2, clean, corrupt, by_pos=True, **kw)
+    c, k = raw.meta["clean_metric"], raw.meta["corrupt_metric"]
+    assert torch.allclose(by_pos.values, (raw.values - k) / (c - k), atol=1e-5)
+    attr = patching.attribution_patch(gpt2, clean, corrupt, metric=logit_gap, site="z")
+    attr_n = patching.attribution_patch(gpt2, clean, corrupt, metric=logit_gap, site="z", normalize=True)
+    assert torch.allclose(attr_n.values, attr.values / (c - k), atol=1e-6)  # a change: divided only
+    path = patching.path_patch(gpt2, clean, corrupt, metric=logit_gap, progress=False)
+    path_n = patching.path_patch(gpt2, clean, corrupt, metric=logit_gap, progress=False, normalize=True)
+    assert torch.allclose(path_n.values, (path.values - k) / (c - k), atol=1e-5)
+    with pytest.raises(ValueError, match="finite and different"):
+        patching.activation_patch(gpt2, clean, clean, normalize=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def english_gpt2(english_dirs):
+    return interp.load(english_dirs["gpt2"])
+
+
+@pytest.fixture(scope="module")
+def mixed_ioi():
+    from interp.tasks import english
+
+    return english.ioi(24, seed=3)
+
+
+def test_misaligned_named_positions_refuse_a_by_index_sweep(english_gpt2, mixed_ioi):
+    assert mixed_ioi.aligned_positions() is None
+    with pytest.raises(ValueError, match="do not share their named positions.*positions='named'.*positions='mean'"):
+        patching.activation_patch(english_gpt2, mixed_ioi, site="resid_pre", by_pos=True, progress=False)
+    with pytest.raises(ValueError, match="do not share"):
+        patching.attribution_patch(english_gpt2, mixed_ioi, site="z", by_pos=True)
+    with pytest.raises(ValueError, match="pass by_pos=True"):
+        patching.activation_patch(english_gpt2, mixed_ioi, site="resid_pre", positions="named", progress=False)
+    clean, corrupt = _pair()
+    with pytest.raises(ValueError, match="needs a Task with named positions"):
+        patching.activation_patch(english_gpt2, clean, corrupt, metric=metric, site="resid_pre", by_pos=True, positions="named")
+    mean = patching.activation_patch(english_gpt2, mixed_ioi, site="resid_pre", by_pos=True, positions="mean", progress=False)
+    assert mean.meta["positions"] == "mean" and mean.shape[1] == mixed_ioi.clean.shape[1]
+
+
+def test_named_positions_equal_hand_built_patching(english_gpt2, mixed_ioi):
+    from interp.metrics import for_task
+
+    model, task = english_gpt2, mixed_ioi
+    g = patching.activation_patch(model, task, site="resid_pre", by_pos=True, positions="named", progress=False)
+    assert g.axes == ("layer", "pos") and g.labels[1] == ("IO", "S1", "S2", "END") and g.meta["positions"] == "named"
+    _, cc = model.run_with_cache(task.clean)
+    rows, where, score = torch.arange(len(task)), task.positions["S2"], for_task(task)
+    for layer in range(model.cfg.n_layers):
+        name = f"blocks.{layer}.hook_resid_pre"
+
+        def put(act, *, hook, name=name):
+            act = act.clone()
+            act[rows, where] = cc[name][rows, where]
+            return act
+
+        with torch.no_grad(), hooks(model, [(name, put)]):
+            want = float(score(model(task.corrupt)))
+        assert g.sel(layer=layer, pos="S2").item() == pytest.approx(want, abs=1e-5)
+    z = patching.activation_patch(model, task, site="z", by_pos=True, positions="named", progress=False)
+    assert z.axes == ("layer", "pos", "head") and z.labels[1] == ("IO", "S1", "S2", "END")
+    pattern = patching.activation_patch(model, task, site="pattern", by_pos=True, positions="named", progress=False)
+    assert pattern.axes == ("layer", "head", "dest") and pattern.labels[2] == ("IO", "S1", "S2", "END")
+
+
+def test_aligned_rows_label_positions_and_named_equals_by_index(english_gpt2, mixed_ioi):
+    first = mixed_ioi.positions
+    same = [i for i in range(len(mixed_ioi)) if all(int(v[i]) == int(v[0]) for v in first.values())
+            and int((mixed_ioi.clean[i] != 0).sum()) == int((mixed_ioi.clean[0] != 0).sum())]
+    assert len(same) >= 2
+    task = mixed_ioi[same]
+    at = task.aligned_positions()
+    assert at is not None and set(at) == {"IO", "S1", "S2", "END"}
+    for site in ("resid_pre", "z"):
+        by_index = patching.activation_patch(english_gpt2, task, site=site, by_pos=True, progress=False)
+        named = patching.activation_patch(english_gpt2, task, site=site, by_pos=True, positions="named", progress=False)
+        for key, index in at.items():
+            assert by_index.labels[1][index] == key  # ticks carry the names
+            assert torch.allclose(by_index.sel(pos=key).values, named.sel(pos=key).values, atol=1e-5)
+        attr_index = patching.attribution_patch(english_gpt2, task, site=site, by_pos=True)
+        attr_named = patching.attribution_patch(english_gpt2, task, site=site, by_pos=True, positions="named")
+        for key in at:
+            assert torch.allclose(attr_index.sel(pos=key).values, attr_named.sel(pos=key).values, atol=1e-6)
+    pattern_index = patching.attribution_patch(english_gpt2, task, site="pattern", by_pos=True)
+    pattern_named = patching.attribution_patch(english_gpt2, task, site="pattern", by_pos=True, positions="named")
+    assert torch.allclose(pattern_index.sel(dest="S2").values, pattern_named.sel(dest="S2").values, atol=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from interp import tasks
 from interp.tasks import BOS_ID, PAD_ID, dyck, english, markov, modular
+from interp.tasks.base import SPECIALS
 
 CHAIN = markov.random_chain(4, seed=0)
 DYCK = dict(k=6, m=4, pool_size=300, max_len=20)  # small settings keep the tests fast
@@ -278,3 +280,73 @@ ERRORS = [
 def test_bad_input_raises_value_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ---- named positions and the Task's repr -------------------------------------------------------
+
+
+def _word(t: torch.Tensor) -> str:
+    vocab = (*SPECIALS, *english.WORDS)
+    return vocab[int(t)]
+
+
+@pytest.mark.parametrize("split", english.SPLITS_IOI)
+def test_ioi_named_positions_match_the_tokens(split):
+    t = english.ioi(24, split=split, seed=2)
+    assert list(t.positions) == ["IO", "S1", "S2", "END"]
+    for i in range(len(t)):
+        at = {k: int(v[i]) for k, v in t.positions.items()}
+        row = t.clean[i]
+        assert row[at["IO"]] == t.correct[i] and row[at["S1"]] == t.incorrect[i] and row[at["S2"]] == t.incorrect[i]
+        assert at["IO"] < at["S2"] and at["S1"] < at["S2"]
+        assert at["END"] == int(t.answer_pos[i]) and _word(row[at["END"]]) == "to"
+        assert t.corrupt[i, at["S2"]] != t.incorrect[i]  # the corruption replaces S2 ...
+        assert torch.equal(t.corrupt[i, : at["S2"]], row[: at["S2"]])  # ... and nothing before it
+    assert t.aligned_positions() is None  # eight templates of different lengths
+
+
+@pytest.mark.parametrize("split,masked", SVA_CASES)
+def test_sva_named_positions_match_the_tokens(split, masked):
+    t = english.sva(24, split=split, masked=masked)
+    last = "verb" if masked else "END"
+    want = ["subject", "attractor", last] if split == "sva_attractor_mismatch" else ["subject", last]
+    assert list(t.positions) == want
+    for i in range(len(t)):
+        row = t.clean[i]
+        subject = row[int(t.positions["subject"][i])]
+        assert english.noun_number(_word(subject)) is not None
+        assert t.corrupt[i, int(t.positions["subject"][i])] != subject  # the corruption flips the head noun
+        assert int(t.positions[last][i]) == int(t.answer_pos[i])
+        if masked:
+            assert int(row[int(t.positions["verb"][i])]) == tasks.MASK_ID
+        if "attractor" in t.positions:
+            attractor = _word(row[int(t.positions["attractor"][i])])
+            assert english.noun_number(attractor) not in (None, english.noun_number(_word(subject)))  # mismatch
+
+
+def test_slicing_and_to_keep_named_positions():
+    t = english.ioi(10, seed=1)
+    part = t[[7, 2]]
+    for k, v in t.positions.items():
+        assert torch.equal(part.positions[k], v[[7, 2]])
+    assert torch.equal(t[3].positions["S2"], t.positions["S2"][3:4])
+    assert torch.equal(t[2:5].positions["IO"], t.positions["IO"][2:5])
+    assert t.to("cpu").positions.keys() == t.positions.keys()
+    single = t[[0]]
+    assert single.aligned_positions() == {k: int(v[0]) for k, v in t.positions.items()}
+
+
+def test_positions_are_validated():
+    t = english.ioi(4)
+    with pytest.raises(ValueError, match=r"positions\['IO'\] must be a \(4,\) tensor"):
+        dataclasses.replace(t, positions={"IO": torch.zeros(3, dtype=torch.long)})
+    with pytest.raises(ValueError, match=r"positions\['END'\] has indices outside"):
+        dataclasses.replace(t, positions={"END": torch.full((4,), 99)})
+
+
+def test_task_repr_is_concise():
+    t = english.ioi(300, seed=0)
+    text = repr(t)
+    assert text.startswith(f"Task(ioi/train, n=300, width={t.clean.shape[1]}, metric='logit_diff', positions=[IO, S1, S2, END], e.g. ")
+    assert "tensor" not in text and len(text) < 200
+    assert "positions" not in repr(modular.modular_addition(p=13, split="train"))

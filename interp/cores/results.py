@@ -57,6 +57,10 @@ class Core:
     def projector(self) -> Float[Tensor, "d_model d_model"]:
         return self.basis @ self.basis.T
 
+    def __repr__(self) -> str:
+        meta = f", meta keys={sorted(self.meta)}" if self.meta else ""
+        return f"Core(site={self.site!r}, k={self.k}, d_model={self.d_model}, method={self.method!r}{meta})"
+
     def truncated(self, k: int) -> Core:
         """The same core with only its first k directions (e.g. k=1: the core's axis)."""
         if not 1 <= k <= self.k:
@@ -101,6 +105,12 @@ class Operator:
             raise InterpError(f"Operator matrix {tuple(self.matrix.shape)} and bias {tuple(self.bias.shape)} disagree")
         for name in ("matrix", "bias", "eig_real", "eig_imag"):
             object.__setattr__(self, name, getattr(self, name).detach().float().cpu())
+
+    def __repr__(self) -> str:
+        k_in, k_out = self.matrix.shape
+        where = self.source if self.source == self.target else f"{self.source} -> {self.target}"
+        meta = f", meta keys={sorted(self.meta)}" if self.meta else ""
+        return f"Operator({where!r}, {k_in}->{k_out}, r2={self.r2:.4f}{meta})"
 
     @property
     def eigenvalues(self) -> Tensor:
@@ -153,6 +163,12 @@ class Alignment:
         for name in ("map", "bias", "canonical", "angles", "basis_a", "basis_b"):
             object.__setattr__(self, name, getattr(self, name).detach().float().cpu())
 
+    def __repr__(self) -> str:
+        ka, kb = self.map.shape
+        sites = f"{self.meta.get('site_a', 'A')} -> {self.meta.get('site_b', 'B')}"
+        return (f"Alignment({sites!r}, method={self.method!r}, k={ka}->{kb}, r2={self.r2:.4f}, "
+                f"r2_heldout={self.r2_heldout:.4f})")
+
     @property
     def residual_map(self) -> Float[Tensor, "d_a d_b"]:
         """The map in activation space, basis_a @ map @ basis_b.T: a row vector of A's centred
@@ -187,6 +203,9 @@ class ValidationBars:
             raise InterpError(f"ValidationBars takes a validation Grid (method, quantity, metric), got axes {self.grid.axes}")
         if self.metric not in self.grid.labels[2]:
             raise InterpError(f"metric={self.metric!r} is not one of the grid's metrics {self.grid.labels[2]}")
+
+    def __repr__(self) -> str:
+        return f"ValidationBars(metric={self.metric!r}, methods={list(self.grid.labels[0])})"
 
     def to_grid(self) -> Grid:
         g = self.grid

@@ -171,9 +171,10 @@ def learn_mask(
 
 
 def subnetworks(model, task: Task, *, sparsity: float, seeds: Sequence[int], progress: bool = True, **kwargs: Any) -> list[HeadMask]:
-    """One learned mask per seed at `sparsity` (kwargs go to `learn_mask`)."""
+    """One learned mask per seed at `sparsity` (kwargs go to `learn_mask`). With `progress`, a bar
+    over seeds and, under it, one over the current seed's steps (each seed takes seconds)."""
     return [
-        learn_mask(model, task, sparsity=sparsity, seed=s, progress=False, **kwargs)
+        learn_mask(model, task, sparsity=sparsity, seed=s, progress=progress, **kwargs)
         for s in tqdm(list(seeds), desc=f"subnetworks s={sparsity:g}", disable=not progress)
     ]
 

@@ -113,6 +113,14 @@ class HeadMask:
             return f"s={m['sparsity']:g} seed={m['seed']}"
         return str(m.get("name", "mask"))
 
+    def __repr__(self) -> str:
+        """Shape, sparsity, kept units and meta keys; never the tensors (nor log_alpha/history)."""
+        L, H = self.heads.shape
+        kept = int((self.heads > 0).sum())
+        mlps = "" if self.mlps is None else f", mlps kept={int((self.mlps > 0).sum())}/{self.mlps.numel()}"
+        meta = f", meta keys={sorted(self.meta)}" if self.meta else ""
+        return f"HeadMask({self.name!r}: {L}x{H} heads, heads kept={kept}/{L * H}{mlps}, sparsity={self.sparsity:.3f}{meta})"
+
     def binarize(self, threshold: float = 0.5) -> HeadMask:
         return HeadMask(
             (self.heads > threshold).float(), None if self.mlps is None else (self.mlps > threshold).float(), dict(self.meta)

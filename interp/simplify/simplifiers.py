@@ -47,6 +47,12 @@ def _pairs(value: Any, what: str) -> tuple[tuple[int, int], ...]:
         raise InterpError(f"{what} must be (layer, head) pairs, got {value!r}") from None
 
 
+def _heads_text(heads: tuple[tuple[int, int], ...]) -> str:
+    """(layer, head) pairs as LlHh, the first eight then a count."""
+    shown = ", ".join(f"L{l}H{h}" for l, h in heads[:8])
+    return f"[{shown}{f', ... {len(heads) - 8} more' if len(heads) > 8 else ''}]"
+
+
 def _check_rows(what: str, t: Tensor, n: int, ndim: int) -> None:
     if t.ndim != ndim or t.shape[0] != n:
         raise InterpError(f"{what} has shape {tuple(t.shape)}: expected {ndim} axes, the first one per head ({n})")
@@ -138,6 +144,10 @@ class SVDSimplifier(_Vectors):
     def describe(self) -> str:
         return f"svd rank {self.rank} ({self.basis}{', centred' if self.center else ''})"
 
+    def __repr__(self) -> str:
+        return (f"SVDSimplifier(rank={self.rank}, basis={self.basis!r}, center={self.center}, "
+                f"heads={_heads_text(self.heads)}, kv_heads={_heads_text(self.kv_heads)}, rotary={self.rotary})")
+
 
 @result
 @dataclass(frozen=True)
@@ -168,6 +178,10 @@ class KMeansSimplifier(_Vectors):
 
     def describe(self) -> str:
         return f"k-means k={self.k}"
+
+    def __repr__(self) -> str:
+        return (f"KMeansSimplifier(k={self.k}, seed={self.seed}, heads={_heads_text(self.heads)}, "
+                f"kv_heads={_heads_text(self.kv_heads)}, rotary={self.rotary})")
 
 
 @result
@@ -201,6 +215,9 @@ class OneHotSimplifier:
 
     def describe(self) -> str:
         return "one-hot"
+
+    def __repr__(self) -> str:
+        return f"OneHotSimplifier(heads={_heads_text(self.heads)})"
 
 
 Simplifier = SVDSimplifier | KMeansSimplifier | OneHotSimplifier

@@ -67,6 +67,13 @@ class Axis:
     def d_model(self) -> int:
         return self.direction.shape[0]
 
+    def __repr__(self) -> str:
+        """Site, width and projection statistics; never the vectors."""
+        null = ", null" if float(self.direction.norm()) == 0.0 else ""
+        meta = f", meta keys={sorted(self.meta)}" if self.meta else ""
+        return (f"Axis(site={self.site!r}, d_model={self.d_model}, proj_mean={self.proj_mean:.4g}, "
+                f"proj_std={self.proj_std:.4g}{null}{meta})")
+
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,10 @@ class Steer:
     def __str__(self) -> str:
         return f"{self.mode}({self.strength:g}) at {self.axis.site}"
 
+    def __repr__(self) -> str:
+        where = "" if self.where is None else f", where={int(self.where.sum())} of {tuple(self.where.shape)} positions"
+        return f"Steer({self.mode!r}, strength={self.strength:g}, site={self.axis.site!r}{where})"
+
     def __call__(self, act: Float[Tensor, "batch pos d_model"], *, site: str, start: int = 0) -> Tensor:
         out = apply(act, self)
         if self.where is None:
@@ -150,6 +161,12 @@ class Generation:
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompts", tuple(self.prompts))
         object.__setattr__(self, "completions", tuple(self.completions))
+
+    def __repr__(self) -> str:
+        first = f", first={self.prompts[0]!r} -> {self.completions[0]!r}" if self.prompts else ""
+        steers = self.meta.get("interventions")
+        return (f"Generation({len(self.prompts)} prompts, {int(self.n_generated.sum())} tokens generated"
+                f"{f', steers={list(steers)}' if steers else ''}{first})")
 
     @property
     def texts(self) -> tuple[str, ...]:

@@ -5,6 +5,11 @@ position `answer_pos[i]` should rank `correct[i]` above `incorrect[i]`. `corrupt
 row under the family's standard corruption (same length, and the corrupt answer is usually
 `incorrect[i]`), which is what patching contrasts against. Rows are right-padded with PAD_ID,
 so a causal model's activations before `answer_pos` are unaffected by padding.
+
+Templated tasks also name positions: `positions[name][i]` is row i's index of that named token
+(IOI: "IO", "S1", "S2", "END"; SVA: "subject", "attractor" where every row has one, "END" or, for
+masked rows, "verb"). Rows of one template share those indices; rows of mixed templates may not,
+which `interp.patching` checks before a by-position sweep (see `aligned_positions`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ class Task:
     metric: str = "logit_diff"
     seed: int = 0
     meta: dict[str, Any] = field(default_factory=dict)
+    positions: dict[str, Tensor] = field(default_factory=dict)  # name -> [batch] row indices
 
     def __post_init__(self) -> None:
         if self.clean.shape != self.corrupt.shape:
@@ -59,11 +65,39 @@ class Task:
                 f"Task {self.name}/{self.split}: answer_pos {int(self.answer_pos.max())} is past "
                 f"the last position {self.clean.shape[1] - 1}"
             )
+        for key, where in self.positions.items():
+            if not isinstance(key, str) or not isinstance(where, Tensor) or where.shape != (n,):
+                raise InterpError(
+                    f"Task {self.name}/{self.split}: positions[{key!r}] must be a ({n},) tensor of row indices, "
+                    f"got {tuple(where.shape) if isinstance(where, Tensor) else type(where).__name__}"
+                )
+            if n and not (0 <= int(where.min()) and int(where.max()) < self.clean.shape[1]):
+                raise InterpError(
+                    f"Task {self.name}/{self.split}: positions[{key!r}] has indices outside 0..{self.clean.shape[1] - 1}"
+                )
+
+    def __repr__(self) -> str:
+        n, width = self.clean.shape
+        names = f", positions=[{', '.join(self.positions)}]" if self.positions else ""
+        sample = self.text[0] if self.text else ""
+        sample = sample if len(sample) <= 60 else sample[:57] + "..."
+        return (f"Task({self.name}/{self.split}, n={n}, width={width}, metric={self.metric!r}{names}, "
+                f"e.g. {sample!r})")
+
+    def aligned_positions(self) -> dict[str, int] | None:
+        """{name: index} when every row has each named position at the same index, else None."""
+        out = {}
+        for key, where in self.positions.items():
+            if len(where) and bool((where != where[0]).any()):
+                return None
+            if len(where):
+                out[key] = int(where[0])
+        return out
 
     def __len__(self) -> int:
         return self.clean.shape[0]
 
-    def __getitem__(self, index: slice | Sequence[int] | Tensor) -> Task:
+    def __getitem__(self, index: int | slice | Sequence[int] | Tensor) -> Task:
         """Select rows; the result is a Task over those rows."""
         if isinstance(index, int):
             index = [index]
@@ -76,6 +110,7 @@ class Task:
             incorrect=self.incorrect[rows],
             answer_pos=self.answer_pos[rows],
             text=tuple(self.text[i] for i in rows.tolist()),
+            positions={k: v[rows.to(v.device)] for k, v in self.positions.items()},
         )
 
     def to(self, device: str | torch.device) -> Task:
@@ -86,6 +121,7 @@ class Task:
             correct=self.correct.to(device),
             incorrect=self.incorrect.to(device),
             answer_pos=self.answer_pos.to(device),
+            positions={k: v.to(device) for k, v in self.positions.items()},
         )
 
 

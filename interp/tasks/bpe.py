@@ -341,6 +341,8 @@ def _task(name: str, split: str, seed: int, rows: list[dict], meta: dict[str, An
     width = lengths[0]
     for key in rows[0].get("meta", {}):
         meta[key] = [r["meta"][key] for r in rows]
+    positions = {k: torch.tensor([r["positions"][k] for r in rows], dtype=torch.long)
+                 for k in rows[0].get("positions", {})}
     return Task(
         name=name,
         split=split,
@@ -353,6 +355,7 @@ def _task(name: str, split: str, seed: int, rows: list[dict], meta: dict[str, An
         metric="logit_diff",
         seed=seed,
         meta=meta,
+        positions=positions,
     )
 
 
@@ -402,7 +405,8 @@ def ioi(
     {O}; by default the largest group of `IOI_TEMPLATES` sharing one token length (passed
     templates must share one length). meta: "order" (ABBA/BABA), "template" (index into
     meta["templates"]), "io", "s", the per-row token positions "a_pos", "b_pos", "s2_pos" (with
-    BOS), "names" (the pool), "corruption".
+    BOS), "names" (the pool), "corruption". `positions`: "IO", "S1", "S2", "END" per row (with
+    BOS); templates of one token length may still place the names differently.
     """
     _check_n(n)
     if split not in SPLITS_IOI:
@@ -454,6 +458,9 @@ def ioi(
                 "text": frame.text(fill),
                 "meta": {"order": order, "template": f, "io": io, "s": s,
                          "a_pos": pos["A"], "b_pos": pos["B"], "s2_pos": pos["S"]},
+                "positions": {"IO": pos["A"] if order == "ABBA" else pos["B"],
+                              "S1": pos["B"] if order == "ABBA" else pos["A"],
+                              "S2": pos["S"], "END": len(clean[0]) - 1},
             })
             break
         else:
@@ -489,6 +496,7 @@ def sva(
     `PREPOSITIONS` sharing one token length); `transitive`: the inner verb pairs of "rc" splits.
     meta: "kind", "number" (of the subject), "attractor_number" (None for "none"), "verb",
     per-row "subject_pos" / "attractor_pos" (with BOS; attractor_pos None for "none").
+    `positions`: "subject", "attractor" (pp / rc splits), "END".
     """
     _check_n(n)
     if split not in SPLITS_SVA:
@@ -552,6 +560,8 @@ def sva(
                 "meta": {"kind": kind, "number": number, "attractor_number": att_number,
                          "verb": verb[num], "preposition": labels[f],
                          "subject_pos": pos["N"], "attractor_pos": pos.get("M")},
+                "positions": {"subject": pos["N"], **({"attractor": pos["M"]} if "M" in pos else {}),
+                              "END": len(clean[0]) - 1},
             })
             break
         else:

@@ -304,9 +304,11 @@ def sva(n: int, *, split: str = "sva_id", seed: int = 0, masked: bool = False) -
         raise InterpError(f"split={split!r} is not an sva split; valid: {', '.join(SPLITS_SVA)}")
     rng = random.Random(f"english/sva/{split}/{seed}")
     bucket, kinds = ("id", ("none", "pp", "rc")) if split == "sva_id" else ("mismatch", ("pp", "rc"))
-    rows, kind_of = [], []
+    rows, kind_of, attractor = [], [], []
     for _ in range(n):
         phrase, number, kind = _sva_subject(rng, bucket, 0.85, kinds)
+        # with BOS at 0: the head noun is at 2; the attractor noun ends a PP, precedes the RC's verb
+        attractor.append(None if kind == "none" else len(phrase) if kind == "pp" else len(phrase) - 1)
         verb, *rest = _predicate(rng, number, phrase[1] in _ANIMATE)
         row = [BOS_ID, *(_ID[w] for w in phrase)]
         if masked:  # the whole sentence, the verb hidden
@@ -314,20 +316,26 @@ def sva(n: int, *, split: str = "sva_id", seed: int = 0, masked: bool = False) -
         flipped = [*row[:2], _ID[_FLIP[phrase[1]]], *row[3:]]  # row = BOS, determiner, head noun, ...
         rows.append((row, flipped, _ID[verb], _ID[_FLIP[verb]], len(phrase) + masked))
         kind_of.append(kind)
-    return _task("sva", split, seed, rows, {"masked": masked, "kind": kind_of})
+    positions = {"subject": [2] * n}
+    if all(a is not None for a in attractor):
+        positions["attractor"] = attractor
+    positions["verb" if masked else "END"] = [r[-1] for r in rows]
+    return _task("sva", split, seed, rows, {"masked": masked, "kind": kind_of}, positions)
 
 
 def ioi(n: int, *, split: str = "train", seed: int = 0) -> Task:
     """Indirect-object identification. clean = BOS + a template prompt ending in "to"; correct =
     the indirect object (IO), incorrect = the subject (S). corrupt (ABC) = the same row with the
     second S mention replaced by a third name C from the same name set. `train` uses TRAIN_NAMES,
-    `test` only TEST_NAMES."""
+    `test` only TEST_NAMES. `positions`: "IO" and "S1" (first mentions), "S2" (the repeated
+    subject), "END" (the final "to", answer_pos); templates differ in length, so rows of one
+    batch generally put them at different indices."""
     _check_n(n)
     if split not in SPLITS_IOI:
         raise InterpError(f"split={split!r} is not an ioi split; valid: {', '.join(SPLITS_IOI)}")
     names = TRAIN_NAMES if split == "train" else TEST_NAMES
     rng = random.Random(f"english/ioi/{split}/{seed}")
-    rows = []
+    rows, positions = [], {"IO": [], "S1": [], "S2": [], "END": []}
     for _ in range(n):
         prompt, io, s, c = _ioi(rng, names)
         ws = prompt.split()
@@ -335,18 +343,22 @@ def ioi(n: int, *, split: str = "train", seed: int = 0) -> Task:
         clean = [BOS_ID, *(_ID[w] for w in ws)]
         corrupt = [BOS_ID, *(_ID[c if i == s2 else w] for i, w in enumerate(ws))]
         rows.append((clean, corrupt, _ID[io], _ID[s], len(ws)))
-    return _task("ioi", split, seed, rows, {})
+        for key, at in (("IO", ws.index(io)), ("S1", ws.index(s)), ("S2", s2), ("END", len(ws) - 1)):
+            positions[key].append(at + 1)  # + 1 for BOS
+    return _task("ioi", split, seed, rows, {}, positions)
 
 
-def _task(name: str, split: str, seed: int, rows: list, meta: dict[str, Any]) -> Task:
+def _task(name: str, split: str, seed: int, rows: list, meta: dict[str, Any],
+          positions: dict[str, list[int]] | None = None) -> Task:
     """Task from (clean ids, corrupt ids, correct id, incorrect id, answer_pos) per example;
-    the text of a row is its words after BOS."""
+    the text of a row is its words after BOS; `positions` names token indices per row."""
     clean, corrupt, correct, incorrect, pos = zip(*rows)
     vocab = (*SPECIALS, *WORDS)
     text = tuple(" ".join(vocab[t] for t in r[1:]) for r in clean)
     return Task(name=name, split=split, clean=pad_rows(clean), corrupt=pad_rows(corrupt),
                 correct=torch.tensor(correct), incorrect=torch.tensor(incorrect),
-                answer_pos=torch.tensor(pos), text=text, metric="logit_diff", seed=seed, meta=meta)
+                answer_pos=torch.tensor(pos), text=text, metric="logit_diff", seed=seed, meta=meta,
+                positions={k: torch.tensor(v, dtype=torch.long) for k, v in (positions or {}).items()})
 
 
 # ---------------------------------------------------------------------------------------------
