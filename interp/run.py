@@ -244,7 +244,8 @@ def scalar(metric: Metric, logits: Tensor, what: str) -> float:
         raise InterpError(f"the metric must return a scalar tensor, got {shape} on the {what} run; reduce with .mean()")
     value = float(value)
     if value != value:
-        raise InterpError(f"the metric returned NaN on the {what} run")
+        raise InterpError(f"the metric returned NaN on the {what} run (with `positions`, logits exist only "
+                          "at those positions: does the metric read another one?)")
     return value
 
 
@@ -365,6 +366,28 @@ def _batched_hooks(members: list[list[Intervention]], batch: int, start: int) ->
     return [(site, at(site, touched)) for site, touched in by_site.items()]
 
 
+def _gather_hook(index: Tensor) -> Callable:
+    """unembed.hook_in: keep one position per row (`index` into the computed positions, clamped:
+    rows whose position lies before the forward's start take the base run's logits instead)."""
+
+    def hook_fn(act: Tensor, *, hook) -> Tensor:
+        rows = torch.arange(act.shape[0], device=act.device)
+        return act[rows, index.clamp(min=0)][:, None]
+
+    return hook_fn
+
+
+def _spread(at: Tensor, positions: Tensor, start: int, base_logits: Tensor) -> Tensor:
+    """Logits [batch, pos, d_vocab] holding `at` [batch, d_vocab] at each row's position (the base
+    run's where that position lies before `start`) and NaN everywhere else, so a metric that reads
+    another position fails loudly instead of reading a number that was never computed."""
+    rows = torch.arange(at.shape[0], device=at.device)
+    out = torch.full((at.shape[0], base_logits.shape[1], at.shape[-1]), float("nan"), dtype=at.dtype, device=at.device)
+    early = positions < start
+    out[rows, positions] = torch.where(early[:, None], base_logits[rows, positions].to(at.dtype), at)
+    return out
+
+
 def _check_sources(members: Sequence[Intervention], batch: int) -> None:
     for iv in members:
         source = getattr(iv, "source", None)
@@ -380,6 +403,7 @@ def evaluate(
     metric: Metric,
     *,
     variants_per_forward: int | None = None,
+    positions: Tensor | None = None,
     progress: bool = True,
     desc: str = "variants",
 ) -> Tensor:
@@ -388,12 +412,20 @@ def evaluate(
     Returns [variants] for a metric that returns a scalar tensor, or [variants, m] for one that
     returns a dict of m named scalars ({"logit_diff": ..., "accuracy": ...}, in that order), so
     one pass gives all of them.
+    `positions` [batch]: the one position per row the metric reads (a task's answer positions).
+    Then the unembedding runs only there, and the metric's logits hold NaN elsewhere; on a large
+    vocabulary that is a large part of every forward's work.
     An empty variant is the base run. See the module docstring for how forwards are shared.
     """
     if tokens.ndim != 2:
         raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     tokens = tokens.to(model.cfg.device)
     batch, n_pos = tokens.shape
+    if positions is not None:
+        positions = torch.as_tensor(positions).to(tokens.device)
+        if positions.shape != (batch,) or positions.min() < 0 or positions.max() >= n_pos:
+            raise InterpError(f"positions must be one index in [0, {n_pos}) per row ({batch} rows), got "
+                              f"{tuple(positions.shape)} {positions.tolist()[:8]}")
     split = [_split(v) for v in variants]
     found: dict[int, Tensor] = {}
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -418,7 +450,10 @@ def evaluate(
             for layer0, start, members in tqdm(plans, desc=desc, disable=not progress or len(plans) < 2):
                 chosen = [rest[m] for m in members]
                 n = len(chosen)
-                with hooks(model, _batched_hooks([acts[k] for k in chosen], batch, start)):
+                fwd = _batched_hooks([acts[k] for k in chosen], batch, start)
+                if positions is not None:
+                    fwd.append(("unembed.hook_in", _gather_hook(positions.repeat(n) - start)))
+                with hooks(model, fwd):
                     if base is None or (layer0 == 0 and start == 0):
                         result = model(tokens.repeat(n, 1))
                     else:
@@ -429,9 +464,12 @@ def evaluate(
                                          for k, v in base.keys_values],
                         )
                         # positions before `start` are the base run's; the metric sees whole logits
-                        result = torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
+                        result = tail if positions is not None else torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
                 for j, k in enumerate(chosen):
-                    found[indices[k]] = _measure(metric, result[j * batch : (j + 1) * batch], "intervened")
+                    rows = result[j * batch : (j + 1) * batch]
+                    if positions is not None:
+                        rows = _spread(rows[:, 0], positions, start, base_logits)
+                    found[indices[k]] = _measure(metric, rows, "intervened")
     shapes = {tuple(v.shape) for v in found.values()}
     if len(shapes) > 1:
         raise InterpError(f"the metric returned values of different shapes {sorted(shapes)} for different variants")

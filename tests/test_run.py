@@ -53,6 +53,18 @@ def test_evaluate_equals_one_forward_per_variant(tiny_models, family, size):
     both = run.evaluate(model, corrupt, variants, lambda lg: {"m": metric(lg), "top": lg[:, -1].max(-1).values.mean()},
                         variants_per_forward=size, progress=False)
     assert both.shape == (len(variants), 2) and torch.allclose(both[:, 0], want, atol=1e-4)
+    # the unembedding at only the positions the metric reads gives the same numbers
+    at = torch.tensor([6, 2, 4])
+    rows = torch.arange(3)
+
+    def read_at(logits):
+        return (logits[rows, at, 7] - logits[rows, at, 8]).mean()
+
+    full = torch.tensor([float(read_at(run.logits(model, corrupt, v))) for v in variants])
+    sparse = run.evaluate(model, corrupt, variants, read_at, positions=at, variants_per_forward=size, progress=False)
+    assert torch.allclose(sparse, full, atol=1e-4), (sparse, full)
+    with pytest.raises(InterpError, match="does the metric read another one"):
+        run.evaluate(model, corrupt, variants[1:3], metric, positions=at, progress=False)
 
 
 @pytest.mark.parametrize("resumable", [True, False])
