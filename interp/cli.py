@@ -65,12 +65,19 @@ def _zoo_list(args: argparse.Namespace) -> int:
     if not rows:
         print("no zoo models shipped; train one with `interp zoo train NAME`")
         return 0
-    import pandas as pd
-
-    frame = pd.DataFrame(rows)
-    # a column no model fills (an accuracy split no listed task has) is left out
-    frame = frame.dropna(axis=1, how="all")
-    print(frame.fillna("").to_string(index=False))
+    # Each task has its own splits: they share one column ("split score, ..."), so a row shows
+    # only the splits that apply to it; a column no model fills (e.g. "zoo") is left out.
+    fixed = ("name", "family", "task", "layers", "d_model", "heads", "kv_heads", "train_s", "zoo")
+    for row in rows:
+        splits = {k: row.pop(k) for k in list(row) if k not in fixed}
+        row["scores"] = ", ".join(f"{k} {v:g}" for k, v in splits.items())
+    columns = [c for c in dict.fromkeys(k for row in rows for k in row) if any(row.get(c) not in (None, "") for row in rows)]
+    cells = [[("" if row.get(c) is None else f"{row[c]:g}" if isinstance(row[c], float) else str(row[c])) for c in columns]
+             for row in rows]
+    numeric = [all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns]
+    width = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    for line in [columns, *cells]:
+        print("  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(line, width, numeric)).rstrip())
     return 0
 
 

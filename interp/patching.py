@@ -60,15 +60,18 @@ def _metric_name(metric, task: Task | None) -> str:
     return name if isinstance(name, str) and name.isidentifier() else "metric"
 
 
-def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict]:
+def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict, Tensor | None]:
     """Accept a Task, or clean and corrupt tokens with a metric; return tokens, metric, task info
-    (info["metric"] is the metric's name)."""
+    (info["metric"] is the metric's name), and the positions the metric reads when that is known
+    (the task's answer positions, for the task's own metric)."""
     info: dict = {"metric": _metric_name(metric, clean if isinstance(clean, Task) else None)}
+    answer_pos = None
     if isinstance(clean, Task):
         if corrupt is not None:
             raise InterpError("pass either a Task, or clean and corrupt tokens; not a Task and corrupt tokens")
         task = clean
-        metric = metric if metric is not None else for_task(task)
+        if metric is None:
+            metric, answer_pos = for_task(task), task.answer_pos
         clean, corrupt = task.clean, task.corrupt
         info.update({"task": task.name, "split": task.split, "n": len(task)})
     if metric is None:
@@ -89,7 +92,7 @@ def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict
             "were these tokens made with another model's tokenizer?"
         )
     device = model.cfg.device
-    return clean.to(device), corrupt.to(device), metric, info
+    return clean.to(device), corrupt.to(device), metric, info, answer_pos
 
 
 def cells(model, site: str, by_pos: bool, n_pos: int) -> tuple[list[Cell], tuple[str, ...], tuple[int, ...]]:
@@ -222,7 +225,7 @@ def activation_patch(
     """
     _check_site(site)
     task = clean if isinstance(clean, Task) else None
-    clean, corrupt, metric, info = _inputs(model, clean, corrupt, metric)
+    clean, corrupt, metric, info, answer_pos = _inputs(model, clean, corrupt, metric)
     if direction not in ("denoise", "noise"):
         raise InterpError(f"direction={direction!r} must be 'denoise' or 'noise'")
     mode, named, ticks = _named(task, by_pos, positions)
@@ -249,7 +252,7 @@ def activation_patch(
         variants = [[Patch(names[l], source_acts[names[l]], pos=p, head=h)] for l, p, h in todo]
     clean_logits, corrupt_logits = (source_logits, base_logits) if direction == "denoise" else (base_logits, source_logits)
     values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
-                          progress=progress, desc=f"patch {site}")
+                          answer_pos=answer_pos, progress=progress, desc=f"patch {site}")
     grid = Grid(
         values.view(shape),
         axes,
@@ -285,7 +288,7 @@ def attribution_patch(
     """
     _check_site(site)
     task = clean if isinstance(clean, Task) else None
-    clean, corrupt, metric, info = _inputs(model, clean, corrupt, metric)
+    clean, corrupt, metric, info, answer_pos = _inputs(model, clean, corrupt, metric)
     mode, named, ticks = _named(task, by_pos, positions)
     spec = spec_of(site)
     names = [spec.hook.format(layer=l) for l in range(model.cfg.n_layers)]
@@ -360,7 +363,7 @@ def path_patch(
     (value - corrupt_metric) / (clean_metric - corrupt_metric), 0 = corrupt baseline, 1 = clean
     baseline (here 1 = the sender's path carries none of the clean-vs-corrupt difference).
     """
-    clean, corrupt, metric, info = _inputs(model, clean, corrupt, metric)
+    clean, corrupt, metric, info, answer_pos = _inputs(model, clean, corrupt, metric)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
     senders = [(l, h) for l in range(n_layers) for h in range(n_heads)] if senders is None else list(senders)
     for layer, head in senders:
@@ -392,7 +395,7 @@ def path_patch(
                            for l, h, w in receivers])
         variants = staged
     result = run.evaluate(model, clean, variants, metric, variants_per_forward=variants_per_forward,
-                          progress=progress, desc="path patch")
+                          answer_pos=answer_pos, progress=progress, desc="path patch")
     values = torch.full((n_layers, n_heads), float("nan"))
     for (layer, head), value in zip(senders_run, result.tolist()):
         values[layer, head] = value

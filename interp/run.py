@@ -244,7 +244,7 @@ def scalar(metric: Metric, logits: Tensor, what: str) -> float:
         raise InterpError(f"the metric must return a scalar tensor, got {shape} on the {what} run; reduce with .mean()")
     value = float(value)
     if value != value:
-        raise InterpError(f"the metric returned NaN on the {what} run (with `positions`, logits exist only "
+        raise InterpError(f"the metric returned NaN on the {what} run (with `answer_pos`, logits exist only "
                           "at those positions: does the metric read another one?)")
     return value
 
@@ -377,14 +377,14 @@ def _gather_hook(index: Tensor) -> Callable:
     return hook_fn
 
 
-def _spread(at: Tensor, positions: Tensor, start: int, base_logits: Tensor) -> Tensor:
+def _spread(at: Tensor, answer_pos: Tensor, start: int, base_logits: Tensor) -> Tensor:
     """Logits [batch, pos, d_vocab] holding `at` [batch, d_vocab] at each row's position (the base
     run's where that position lies before `start`) and NaN everywhere else, so a metric that reads
     another position fails loudly instead of reading a number that was never computed."""
     rows = torch.arange(at.shape[0], device=at.device)
     out = torch.full((at.shape[0], base_logits.shape[1], at.shape[-1]), float("nan"), dtype=at.dtype, device=at.device)
-    early = positions < start
-    out[rows, positions] = torch.where(early[:, None], base_logits[rows, positions].to(at.dtype), at)
+    early = answer_pos < start
+    out[rows, answer_pos] = torch.where(early[:, None], base_logits[rows, answer_pos].to(at.dtype), at)
     return out
 
 
@@ -403,7 +403,7 @@ def evaluate(
     metric: Metric,
     *,
     variants_per_forward: int | None = None,
-    positions: Tensor | None = None,
+    answer_pos: Tensor | None = None,
     progress: bool = True,
     desc: str = "variants",
 ) -> Tensor:
@@ -412,7 +412,7 @@ def evaluate(
     Returns [variants] for a metric that returns a scalar tensor, or [variants, m] for one that
     returns a dict of m named scalars ({"logit_diff": ..., "accuracy": ...}, in that order), so
     one pass gives all of them.
-    `positions` [batch]: the one position per row the metric reads (a task's answer positions).
+    `answer_pos` [batch]: the one position per row the metric reads (a task's answer positions).
     Then the unembedding runs only there, and the metric's logits hold NaN elsewhere; on a large
     vocabulary that is a large part of every forward's work.
     An empty variant is the base run. See the module docstring for how forwards are shared.
@@ -421,11 +421,11 @@ def evaluate(
         raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     tokens = tokens.to(model.cfg.device)
     batch, n_pos = tokens.shape
-    if positions is not None:
-        positions = torch.as_tensor(positions).to(tokens.device)
-        if positions.shape != (batch,) or positions.min() < 0 or positions.max() >= n_pos:
-            raise InterpError(f"positions must be one index in [0, {n_pos}) per row ({batch} rows), got "
-                              f"{tuple(positions.shape)} {positions.tolist()[:8]}")
+    if answer_pos is not None:
+        answer_pos = torch.as_tensor(answer_pos).to(tokens.device)
+        if answer_pos.shape != (batch,) or answer_pos.min() < 0 or answer_pos.max() >= n_pos:
+            raise InterpError(f"answer_pos must be one index in [0, {n_pos}) per row ({batch} rows), got "
+                              f"{tuple(answer_pos.shape)} {answer_pos.tolist()[:8]}")
     split = [_split(v) for v in variants]
     found: dict[int, Tensor] = {}
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -451,8 +451,8 @@ def evaluate(
                 chosen = [rest[m] for m in members]
                 n = len(chosen)
                 fwd = _batched_hooks([acts[k] for k in chosen], batch, start)
-                if positions is not None:
-                    fwd.append(("unembed.hook_in", _gather_hook(positions.repeat(n) - start)))
+                if answer_pos is not None:
+                    fwd.append(("unembed.hook_in", _gather_hook(answer_pos.repeat(n) - start)))
                 with hooks(model, fwd):
                     if base is None or (layer0 == 0 and start == 0):
                         result = model(tokens.repeat(n, 1))
@@ -464,11 +464,11 @@ def evaluate(
                                          for k, v in base.keys_values],
                         )
                         # positions before `start` are the base run's; the metric sees whole logits
-                        result = tail if positions is not None else torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
+                        result = tail if answer_pos is not None else torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
                 for j, k in enumerate(chosen):
                     rows = result[j * batch : (j + 1) * batch]
-                    if positions is not None:
-                        rows = _spread(rows[:, 0], positions, start, base_logits)
+                    if answer_pos is not None:
+                        rows = _spread(rows[:, 0], answer_pos, start, base_logits)
                     found[indices[k]] = _measure(metric, rows, "intervened")
     shapes = {tuple(v.shape) for v in found.values()}
     if len(shapes) > 1:

@@ -46,8 +46,8 @@ __all__ = ["ConfigError", "KINDS", "job_id", "load_config", "run"]
 KINDS = ("activation", "attribution", "path")
 _COMMON = {"name": str, "kind": str, "model": str, "models": list, "task": str, "split": str, "n": int, "seed": int, "metric": str}
 _KEYS = {
-    "activation": {**_COMMON, "site": str, "by_pos": bool, "direction": str},
-    "attribution": {**_COMMON, "site": str, "by_pos": bool},
+    "activation": {**_COMMON, "site": str, "by_pos": bool, "direction": str, "positions": str},
+    "attribution": {**_COMMON, "site": str, "by_pos": bool, "positions": str},
     "path": {**_COMMON, "senders": list, "receivers": (str, list)},
 }
 
@@ -144,14 +144,16 @@ def _run_job(exp: dict[str, Any], model) -> Grid:
     from interp.metrics import for_task
 
     task = tasks.make(exp["task"], split=exp["split"], n=exp.get("n", 32), seed=exp.get("seed", 0))
-    metric = for_task(task, exp.get("metric", "logit_diff"))
+    # the task's own metric lets patching unembed only at the answer positions
+    metric = None if exp.get("metric", task.metric) == task.metric else for_task(task, exp["metric"])
     if exp["kind"] == "activation":
         return patching.activation_patch(
             model, task, metric=metric, site=exp["site"], by_pos=exp.get("by_pos", False),
-            direction=exp.get("direction", "denoise"), progress=False,
+            positions=exp.get("positions"), direction=exp.get("direction", "denoise"), progress=False,
         )
     if exp["kind"] == "attribution":
-        return patching.attribution_patch(model, task, metric=metric, site=exp["site"], by_pos=exp.get("by_pos", False))
+        return patching.attribution_patch(model, task, metric=metric, site=exp["site"], by_pos=exp.get("by_pos", False),
+                                          positions=exp.get("positions"))
     senders = [tuple(s) for s in exp["senders"]] if "senders" in exp else None
     receivers = exp.get("receivers", "logits")
     receivers = receivers if receivers == "logits" else [tuple(r) for r in receivers]

@@ -199,9 +199,10 @@ def test_user_zoo_is_searched_first(tmp_path, monkeypatch, tiny_dirs):
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
     assert user_zoo_dir() == tmp_path / "cache" / "zoo"
     assert resolve("zoo:lm-gpt2") == str(ZOO_DIR / "lm-gpt2")  # nothing trained yet: the shipped one
+    shipped = zoo.card("lm-gpt2")
     mine = user_zoo_dir() / "lm-gpt2"
     shutil.copytree(tiny_dirs["gpt2"], mine)
-    (mine / "card.json").write_text(json.dumps({**zoo.card("lm-gpt2"), "task": "mine"}))
+    (mine / "card.json").write_text(json.dumps({**shipped, "task": "mine"}))
     assert zoo_path("lm-gpt2") == mine and resolve("zoo:lm-gpt2") == str(mine)
     assert zoo.card("lm-gpt2")["task"] == "mine"
     listed = {e["name"]: e for e in zoo.entries()}

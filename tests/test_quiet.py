@@ -75,3 +75,34 @@ def test_subnetworks_shows_progress_over_seeds_and_steps(gpt2, capsys):
     assert "subnetworks s=0.5" in err and "mask s=0.5 seed=1" in err  # seeds, and each seed's steps
     subnetworks(gpt2, task, sparsity=0.5, seeds=[0], steps=2, batch_size=4, progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_reprs_are_concise():
+    import torch
+
+    from interp.cores.results import Alignment, Core, Operator
+    from interp.masking.mask import HeadMask
+    from interp.simplify.simplifiers import KMeansSimplifier, OneHotSimplifier, SVDSimplifier
+    from interp.steering import Steer, axis_from_vector
+
+    meta = {"seed": 0, "sparsity": 0.5, "log_alpha": [1.2345] * 40, "history": [{"kl": 0.1}] * 40}
+    mask = HeadMask(torch.tensor([[1.0, 0, 1, 1], [0, 0, 1, 1]]), torch.ones(2), meta)
+    text = repr(mask)
+    assert "2x4" in text and "heads kept=5/8" in text and "sparsity=0.300" in text and "log_alpha" in text
+    assert "1.2345" not in text and "tensor" not in text and len(text) < 200
+    axis = axis_from_vector(torch.randn(16), site="resid_pre", layer=1)
+    for obj, must in [
+        (axis, ["blocks.1.hook_resid_pre", "d_model=16", "proj_std=nan"]),
+        (Steer(axis, "add", 2.0), ["'add'", "strength=2"]),
+        (Core(torch.eye(16)[:, :3], torch.zeros(16), torch.ones(3), "blocks.1.hook_resid_pre", "pca"), ["k=3", "'pca'"]),
+        (Operator(torch.eye(3), torch.zeros(3), torch.ones(3), torch.zeros(3), 0.93, "a", "b"), ["a -> b", "r2=0.9300"]),
+        (Alignment(torch.eye(3), torch.zeros(3), "cca", 0.9, 0.8, torch.ones(3), torch.ones(3), torch.eye(16)[:, :3],
+                   torch.eye(16)[:, :3], {"site_a": "x", "site_b": "y"}), ["x -> y", "'cca'", "r2_heldout=0.8000"]),
+        (OneHotSimplifier(((0, 1), (1, 2))), ["L0H1, L1H2"]),
+        (SVDSimplifier(((0, 1),), ((0, 0),), 2, "separate", True, torch.zeros(1, 8, 2), torch.zeros(1, 8, 2),
+                       torch.zeros(1, 8), torch.zeros(1, 8)), ["rank=2", "L0H1"]),
+        (KMeansSimplifier(((0, 1),), ((0, 0),), 3, 0, torch.zeros(1, 3, 8), torch.zeros(1, 3, 8)), ["k=3", "L0H0"]),
+    ]:
+        text = repr(obj)
+        assert all(m in text for m in must), text
+        assert "tensor(" not in text and len(text) < 200, text

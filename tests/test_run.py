@@ -61,10 +61,10 @@ def test_evaluate_equals_one_forward_per_variant(tiny_models, family, size):
         return (logits[rows, at, 7] - logits[rows, at, 8]).mean()
 
     full = torch.tensor([float(read_at(run.logits(model, corrupt, v))) for v in variants])
-    sparse = run.evaluate(model, corrupt, variants, read_at, positions=at, variants_per_forward=size, progress=False)
+    sparse = run.evaluate(model, corrupt, variants, read_at, answer_pos=at, variants_per_forward=size, progress=False)
     assert torch.allclose(sparse, full, atol=1e-4), (sparse, full)
     with pytest.raises(InterpError, match="does the metric read another one"):
-        run.evaluate(model, corrupt, variants[1:3], metric, positions=at, progress=False)
+        run.evaluate(model, corrupt, variants[1:3], metric, answer_pos=at, progress=False)
 
 
 @pytest.mark.parametrize("resumable", [True, False])

@@ -50,6 +50,7 @@ split = "sva_attractor_mismatch"
 n = 6
 site = "resid_pre"
 by_pos = true
+positions = "named"
 """
 
 
