@@ -266,7 +266,8 @@ def validate(
     variants = [[]] + [[Project(core.site, b, core.mean, mode, positions=task.answer_pos)]
                        for mode in INTERVENTIONS[1:] for b in bases]
     measured = run.evaluate(model, task.clean, variants, _both_metrics(task),
-                            variants_per_forward=variants_per_forward, progress=progress, desc="validate")
+                            variants_per_forward=variants_per_forward, answer_pos=task.answer_pos,
+                            progress=progress, desc="validate")
     # measured: [1 + modes * (1 + n_random), metric]
     values = torch.zeros(len(INTERVENTIONS), 3, 2)
     values[0, :2] = measured[0]

@@ -245,7 +245,7 @@ def ablation_scan(
         if mlps:
             variants.append([Mask.ablate(mlp_site(layer), None, refs[mlp_site(layer)])])
     values = run.evaluate(model, task.clean, variants, metric, variants_per_forward=variants_per_forward,
-                          progress=progress, desc="ablation scan")
+                          answer_pos=task.answer_pos, progress=progress, desc="ablation scan")
     units = tuple(f"h{h}" for h in range(H)) + (("mlp",) if mlps else ())
     meta = {"task": f"{task.name}/{task.split}", "metric": task.metric, "method": f"{ablation}-ablate one unit",
             "ablation": ablation, "baseline": float(values[0]), "chart": "heatmap"}

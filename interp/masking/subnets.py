@@ -112,7 +112,7 @@ def evaluate(
                     "task_metric": metric(logits)}
 
         values[:, j] = run.evaluate(model, task.clean, variants, both, variants_per_forward=variants_per_forward,
-                                    progress=progress, desc=f"masks on {name}")
+                                    answer_pos=task.answer_pos, progress=progress, desc=f"masks on {name}")
     labels = (("full", *_names(masks)), tuple(tasks), ("accuracy", first.metric))
     return Grid(values, ("model", "split", "metric"), labels,
                 {"ablation": ablation, "title": "accuracy and metric per split", "chart": "heatmap"})

@@ -297,7 +297,8 @@ def curve(model, task, axis: Axis, strengths: Sequence[float | int], *, mode: st
 
     values = run.evaluate(model, t.clean, variants,
                           lambda logits: {"logit_diff": diff(logits).mean(), "accuracy": (diff(logits) > 0).float().mean()},
-                          variants_per_forward=variants_per_forward, progress=progress, desc="strengths")
+                          variants_per_forward=variants_per_forward, answer_pos=t.answer_pos, progress=progress,
+                          desc="strengths")
     return Grid(values, ("strength", "metric"), (tuple(float(s) for s in strengths), ("logit_diff", "accuracy")),
                 {"task": task.name, "split": task.split, "mode": mode, "site": axis.site, "method": f"steer {mode}",
                  "metric": "task metric", "chart": "lines",
