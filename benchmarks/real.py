@@ -10,7 +10,11 @@ one subprocess per measurement), load (second load from the GGUF cache, and a pr
 one), bf16 (head-level patching in bfloat16 vs float32), profile (cProfile of interp's head-level run).
 
 IOI: 8 hand-written prompts of equal token length, corrupt = three fresh names (ABC); the metric is
-mean logit(IO) - logit(S) at the last position. Every comparison times interp and the reference
+mean logit(IO) - logit(S) at the last position. interp gets them as an `interp.Task` (correct = IO,
+incorrect = S, answer_pos = last position, metric "logit_diff") and uses the task's own metric, so
+its patching runs the unembedding only at the answer position (`activation_patch(model, task, ...)`,
+`run.evaluate(..., answer_pos=...)`); TransformerLens computes full logits and reads the last
+position with the same metric written as a function. Every comparison times interp and the reference
 alternately in one process (best of N each); ratios are reference / interp (x > 1: interp faster)
 except generation (interp / HF: < 1 is interp faster). TL sweeps that would take many minutes are
 timed on an evenly spread sample of their cells (TL runs one full forward per cell, so its time is
@@ -71,6 +75,11 @@ def log(msg: str) -> None:
 
 def ioi(model, batch: int = 8, seed: int = 0):
     """(clean, corrupt, io, s) for `batch` IOI prompts of one token length (checked)."""
+    return ioi_with_text(model, batch, seed)[:4]
+
+
+def ioi_with_text(model, batch: int = 8, seed: int = 0):
+    """ioi(...) plus the clean prompts' text."""
     g = torch.Generator().manual_seed(seed)
     clean_txt, corrupt_txt, io_ids, s_ids = [], [], [], []
     ids = {n: model.to_tokens(" " + n, prepend_bos=False)[0] for n in NAMES}
@@ -87,7 +96,14 @@ def ioi(model, batch: int = 8, seed: int = 0):
     lengths = {len(r) for r in rows}
     assert len(lengths) == 1, f"IOI prompts differ in token length: {lengths}"
     toks = torch.stack(rows)
-    return toks[:batch], toks[batch:], torch.tensor(io_ids), torch.tensor(s_ids)
+    return toks[:batch], toks[batch:], torch.tensor(io_ids), torch.tensor(s_ids), tuple(clean_txt)
+
+
+def make_task(clean, corrupt, io_ids, s_ids, text) -> interp.Task:
+    """The IOI prompts as an interp Task: its logit_diff metric is make_metric's, read at the last position."""
+    return interp.Task(name="ioi-handwritten", split="bench", clean=clean, corrupt=corrupt, correct=io_ids,
+                       incorrect=s_ids, answer_pos=torch.full((clean.shape[0],), clean.shape[1] - 1), text=text,
+                       metric="logit_diff")
 
 
 def make_metric(io_ids, s_ids):
@@ -121,12 +137,16 @@ def sample(cells: list, k: int) -> list[int]:
 # exact patching sweeps
 
 
-def interp_restricted(model, clean, corrupt, metric, site, todo):
-    """interp on just the cells `todo` [(layer, pos, head)], built as patching.activation_patch does."""
+def interp_restricted(model, task, site, todo):
+    """interp on just the cells `todo` [(layer, pos, head)], built as patching.activation_patch does
+    (the task's metric, the unembedding only at its answer positions)."""
+    from interp.metrics import for_task
+
+    clean, corrupt = task.clean, task.corrupt
     names = [f"blocks.{l}.attn.hook_z" if site == "z" else f"blocks.{l}.hook_{site}" for l in range(model.cfg.n_layers)]
     _, acts = run.cache(model, clean, names)
     variants = [[Patch(names[l], acts[names[l]], pos=p, head=h)] for l, p, h in todo]
-    return run.evaluate(model, corrupt, variants, metric, progress=False)
+    return run.evaluate(model, corrupt, variants, for_task(task), answer_pos=task.answer_pos, progress=False)
 
 
 def tl_cells(model, corrupt, clean_cache, metric, tl_fn, cols, todo):
@@ -135,9 +155,10 @@ def tl_cells(model, corrupt, clean_cache, metric, tl_fn, cols, todo):
     return tl_fn(model, corrupt, clean_cache, metric, index_axis_names=None, index_df=df).detach().cpu()
 
 
-def sweeps(model, clean, corrupt, metric, args, which):
+def sweeps(model, task, metric, args, which):
     from transformer_lens import patching as tlp
 
+    clean, corrupt = task.clean, task.corrupt
     L, H, P = model.cfg.n_layers, model.cfg.n_heads, clean.shape[1]
     _, clean_cache = model.run_with_cache(clean)
     rows, timings = [], {}
@@ -156,14 +177,14 @@ def sweeps(model, clean, corrupt, metric, args, which):
         t_i, t_t = float("inf"), float("inf")
         for _ in range(args.sweep_repeats):  # alternate: interp, TL, interp, TL
             if key == "z":
-                t, g = best_of(lambda: patching.activation_patch(model, clean, corrupt, metric=metric, site="z", progress=False), 1)
+                t, g = best_of(lambda: patching.activation_patch(model, task, site="z", progress=False), 1)
                 ours = g.values.flatten()
             elif key == "resid":
-                t, g = best_of(lambda: patching.activation_patch(model, clean, corrupt, metric=metric, site="resid_pre",
-                                                                 by_pos=True, progress=False), 1)
+                t, g = best_of(lambda: patching.activation_patch(model, task, site="resid_pre", by_pos=True,
+                                                                 progress=False), 1)
                 ours = g.values.flatten()
             else:
-                t, ours = best_of(lambda: interp_restricted(model, clean, corrupt, metric, site, todo), 1)
+                t, ours = best_of(lambda: interp_restricted(model, task, site, todo), 1)
             t_i = min(t_i, t)
             log(f"  interp {label}: {t:.2f}s")
             if key == "z" and every == 1:
@@ -215,14 +236,14 @@ def limit_rows(model, clean, timings):
 # attribution, generation
 
 
-def attribution(model, clean, corrupt, io_ids, s_ids, repeats):
+def attribution(model, task, io_ids, s_ids, repeats):
     from scipy.stats import pearsonr
     from transformer_lens.tools.analysis import attribution_patching as tl_attr
 
-    metric = make_metric(io_ids, s_ids)
+    clean, corrupt = task.clean, task.corrupt
     t_i, t_t = float("inf"), float("inf")
     for _ in range(repeats):
-        t, ours = best_of(lambda: patching.attribution_patch(model, clean, corrupt, metric=metric, site="z"), 1)
+        t, ours = best_of(lambda: patching.attribution_patch(model, task, site="z"), 1)
         t_i = min(t_i, t)
         t, theirs = best_of(lambda: tl_attr.attribution_patch(model, clean, corrupt, sequential_metric(io_ids, s_ids)), 1)
         t_t = min(t_t, t)
@@ -298,8 +319,8 @@ def child(kind: str, batch: int) -> None:
     out = {"kind": kind, "load_s": t_load}
     if kind.startswith("mem"):
         torch.set_grad_enabled(False)
-        clean, corrupt, io_ids, s_ids = ioi(model, batch)
-        metric = make_metric(io_ids, s_ids)
+        task = make_task(*ioi_with_text(model, batch))
+        clean = task.clean
         base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         L, H, P = model.cfg.n_layers, model.cfg.n_heads, clean.shape[1]
         t0 = time.perf_counter()
@@ -308,7 +329,7 @@ def child(kind: str, batch: int) -> None:
         else:  # head x pos, last 6 positions; only the layers asked (the first forward is the largest)
             layers = [0] if kind == "mem-headpos-l0" else [L - 1]
             todo = [(l, p, h) for l in layers for p in range(P - 6, P) for h in range(H)]
-            interp_restricted(model, clean, corrupt, metric, "z", todo)
+            interp_restricted(model, task, "z", todo)
             out["cells"] = len(todo)
             out["variants_per_forward"] = run._variants_per_forward(model, batch, P, None)
         out["s"] = time.perf_counter() - t0
@@ -359,16 +380,15 @@ def loads(top: int = 15):
 # bf16, profile
 
 
-def bf16(clean, corrupt, io_ids, s_ids, ref_values):
+def bf16(task, ref_values):
     from scipy.stats import pearsonr
 
-    metric = make_metric(io_ids, s_ids)
     try:
         t0 = time.perf_counter()
         m16 = interp.load(MODEL, dtype=torch.bfloat16)
         t_load = time.perf_counter() - t0
         dtype = str(next(m16.parameters()).dtype)
-        t, g = best_of(lambda: patching.activation_patch(m16, clean, corrupt, metric=metric, site="z", progress=False), 1)
+        t, g = best_of(lambda: patching.activation_patch(m16, task, site="z", progress=False), 1)
     except Exception as err:  # report precisely
         msg = f"{type(err).__name__}: {err}"
         log(f"bf16 failed: {msg}")
@@ -383,11 +403,13 @@ def bf16(clean, corrupt, io_ids, s_ids, ref_values):
     return res
 
 
-def profile_z(model, clean, corrupt, metric, top: int = 15):
+def profile_z(model, task, top: int = 10):
     prof = cProfile.Profile()
+    t0 = time.perf_counter()
     prof.enable()
-    patching.activation_patch(model, clean, corrupt, metric=metric, site="z", progress=False)
+    patching.activation_patch(model, task, site="z", progress=False)
     prof.disable()
+    log(f"profiled head-level run: {time.perf_counter() - t0:.1f}s")
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(top)
     s2 = io.StringIO()
@@ -416,7 +438,12 @@ def write(path: Path, res: dict, args) -> None:
          f"timings are noisy), torch {torch.__version__}, {threads} thread(s), by `{cmd}`. Model SmolLM2-135M-Instruct "
          "(GGUF), IOI batch 8 x 15 tokens, metric mean logit(IO) - logit(S) at the last position. "
          f"Patching sweeps: one run of each library (best of 1: TL sweeps take minutes at one thread); attribution and "
-         f"generation: best of {args.repeats}, interp and the reference alternating.", ""]
+         f"generation: best of {args.repeats}, interp and the reference alternating. interp runs the IOI prompts as an "
+         "`interp.Task` with its own logit_diff metric, so its patching unembeds only the answer position; TL computes "
+         "full logits and applies the same metric.", ""]
+    missing = [k for k in res.get("todo", []) if k not in res.get("done", [])]
+    if missing:
+        L += [f"Not (yet) measured in this run: {', '.join(missing)}.", ""]
     if "sweeps" in res:
         L += ["| sweep | cells | TL s | interp s | TL / interp | max abs diff | note |", "|---|---|---|---|---|---|---|",
               *[f"| {a} | {n} | {t:.2f} | {i:.2f} | {r:.2f}x | {d:.1e} | {note} |" for a, n, t, i, r, d, note in res["sweeps"]], ""]
@@ -464,8 +491,8 @@ def write(path: Path, res: dict, args) -> None:
                   f"{b['clean']:.3f}/{b['corrupt']:.3f}.", ""]
     if "profile" in res:
         cum, tot = res["profile"]
-        L += ["cProfile of interp's head-level patching (270 cells), top by cumulative and by own time:", "",
-              "```", _trim(cum), "", _trim(tot), "```", ""]
+        L += ["cProfile of interp's head-level patching (270 cells, Task path), top 10 by cumulative and by own time:", "",
+              "```", _trim(cum, 10), "", _trim(tot, 10), "```", ""]
     if res.get("errors"):
         L += ["Sections that failed: " + "; ".join(f"`{e}`" for e in res["errors"]), ""]
     section = "\n".join(L)
@@ -505,32 +532,37 @@ def main() -> None:
     torch.manual_seed(0)
     t_start = time.perf_counter()
     model = interp.load(MODEL)
-    clean, corrupt, io_ids, s_ids = ioi(model)
-    metric = make_metric(io_ids, s_ids)
+    clean, corrupt, io_ids, s_ids, text = ioi_with_text(model)
+    task = make_task(clean, corrupt, io_ids, s_ids, text)
+    metric = make_metric(io_ids, s_ids)  # TL's metric (full logits, last position)
     log(f"{MODEL}: {model.cfg.n_layers} layers, {model.cfg.n_heads} heads; IOI {tuple(clean.shape)}; "
         f"{torch.get_num_threads()} threads")
-    res: dict = {}
-    sw = [k for k in ("z", "resid", "headpos") if k in which]
+    res: dict = {"todo": list(which)}
     timings: dict = {}
 
     def section(key, fn):
         try:
             t0 = time.perf_counter()
             res[key] = fn()
-            log(f"[{key} took {time.perf_counter() - t0:.0f}s]")
+            log(f"[{key} took {time.perf_counter() - t0:.0f}s, {time.perf_counter() - t_start:.0f}s in all]")
         except Exception as err:  # keep going: one failing section must not lose the others
             import traceback
 
             traceback.print_exc()
             res.setdefault("errors", []).append(f"{key}: {type(err).__name__}: {err}")
+        if not args.no_write:  # write as we go: a run stopped for time keeps what it measured
+            write(Path(args.out), res, args)
 
-    if sw:
-        def do_sweeps():
-            rows, t = sweeps(model, clean, corrupt, metric, args, sw)
-            timings.update(t)
-            return rows
+    # in priority order: the sweeps, the limit, loads, bf16, then the rest
+    for key in ("z", "resid", "headpos"):
+        if key in which:
+            def do_sweep(key=key):
+                rows, t = sweeps(model, task, metric, args, [key])
+                timings.update(t)
+                return res.get("sweeps", []) + rows
 
-        section("sweeps", do_sweeps)
+            section("sweeps", do_sweep)
+            res.setdefault("done", []).append(key)
     if "limit" in which and timings:
         def do_limit():
             rows, costs = limit_rows(model, clean, timings)
@@ -538,27 +570,29 @@ def main() -> None:
             return rows
 
         section("limit", do_limit)
-    if "attr" in which:
-        section("attr", lambda: attribution(model, clean, corrupt, io_ids, s_ids, args.repeats))
-    if "gen" in which:
-        section("gen", lambda: generation(model, args.repeats))
-    if "profile" in which:
-        section("profile", lambda: profile_z(model, clean, corrupt, metric))
+    if "limit" in which:
+        res.setdefault("done", []).append("limit")
+    if "load" in which:
+        section("load", loads)
+        res.setdefault("done", []).append("load")
     if "bf16" in which:
         def do_bf16():
             ref = timings["z"][2] if "z" in timings else \
-                patching.activation_patch(model, clean, corrupt, metric=metric, site="z", progress=False).values
-            return bf16(clean, corrupt, io_ids, s_ids, ref)
+                patching.activation_patch(model, task, site="z", progress=False).values
+            return bf16(task, ref)
 
         section("bf16", do_bf16)
-    if "mem" in which:
-        section("mem", memory)
-    if "load" in which:
-        section("load", loads)
+        res.setdefault("done", []).append("bf16")
+    for key, fn in (("attr", lambda: attribution(model, task, io_ids, s_ids, args.repeats)),
+                    ("gen", lambda: generation(model, args.repeats)),
+                    ("mem", memory),
+                    ("profile", lambda: profile_z(model, task))):
+        if key in which:
+            section(key, fn)
+            res.setdefault("done", []).append(key)
     log(f"total {time.perf_counter() - t_start:.0f}s")
     if not args.no_write:
         write(Path(args.out), res, args)
-
 
 if __name__ == "__main__":
     main()

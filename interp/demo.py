@@ -64,7 +64,7 @@ def section_zoo(workdir: Path) -> list[Any]:
 
     rows = table()
     if not rows:
-        return [Heading("Zoo"), "No zoo models are shipped in data/zoo; `interp zoo train NAME` trains one."]
+        return [Heading("Zoo"), "No zoo models are shipped in interp/data/zoo; `interp zoo train NAME` trains one."]
     return [
         Heading("Zoo: shipped models and their measured accuracy per split"),
         "Accuracy columns are the fraction correct on fresh samples of each split (sva: agreeing "

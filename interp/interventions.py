@@ -115,6 +115,10 @@ class Patch:
         axis = position_axis(self.site)
         source = _from(self.source, axis, start)
         _check_shape("patch source", source, act.shape, self.site)
+        if self.head is not None:
+            n = act.shape[1 if kind_of(self.site) == "pattern" else 2]
+            if not -n <= self.head < n:
+                raise InterpError(f"head {self.head} is out of range at {site}: it has heads 0..{n - 1}")
         pos = None
         if self.pos is not None:  # absolute position (negative counts from the end) -> index into act
             absolute = self.pos if self.pos >= 0 else start + act.shape[axis] + self.pos
@@ -227,6 +231,8 @@ class Mask:
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
         ref = self.reference.like(act, start, position_axis(self.site)).to(act)
         if kind_of(self.site) == "pattern":  # [batch, head, dest, src]
+            if self.mask.shape != (act.shape[1],):
+                raise InterpError(f"head mask has shape {tuple(self.mask.shape)} but {site} has {act.shape[1]} heads {tuple(act.shape)}")
             m = self.mask.to(act)[:, None, None]
         elif kind_of(self.site) == "head":
             if self.mask.shape != (act.shape[2],):

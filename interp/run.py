@@ -23,7 +23,6 @@ Variants with weight edits run with those weights, each group of equal edits on 
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence, Union
@@ -269,7 +268,9 @@ def _variants_per_forward(model, batch: int, pos: int, requested: int | None) ->
     if str(cfg.device).startswith("cuda"):
         free = torch.cuda.mem_get_info()[0] * 0.5
     else:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") * 0.25
+        import psutil  # portable: os.sysconf's page counts exist on Linux only
+
+        free = psutil.virtual_memory().available * 0.25
     return int(max(1, min(64, free // max(1, per_row * batch))))
 
 

@@ -91,10 +91,8 @@ def test_json_output_is_json_only(tmp_path):
 def test_zoo_list_drops_empty_columns(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
     assert main(["zoo", "list"]) == 0
-    header = capsys.readouterr().out.splitlines()[0].split()
-    assert header[:2] == ["name", "family"]
-    assert "zoo" not in header  # no model trained into the user zoo: the column would be empty
-    from interp.zoo import table
-
-    rows = table()
-    assert all(any(r.get(col) not in (None, "") for r in rows) for col in header)
+    lines = capsys.readouterr().out.splitlines()
+    # no model trained into the user zoo: no "zoo" column; each task's splits in one "scores" column
+    assert lines[0].split() == ["name", "family", "task", "layers", "d_model", "heads", "kv_heads", "train_s", "scores"]
+    markov = next(line for line in lines if line.startswith("markov-s0"))
+    assert markov.split()[-2:] == ["kl_to_true", markov.split()[-1]] and "ioi" not in markov

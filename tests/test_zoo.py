@@ -22,7 +22,7 @@ def _kind(recipe):
 
 
 def test_zoo_is_complete_and_small():
-    assert set(NAMES) == set(RECIPES), f"missing from data/zoo: {set(RECIPES) - set(NAMES)}"
+    assert set(NAMES) == set(RECIPES), f"missing from interp/data/zoo: {set(RECIPES) - set(NAMES)}"
     size = sum(p.stat().st_size for p in interp.model.ZOO_DIR.rglob("*") if p.is_file())
     assert size < 30 * 2**20, f"zoo is {size / 2**20:.1f} MB"
     families = {zoo.card(n)["family"] for n in NAMES if n.startswith("lm-")}
