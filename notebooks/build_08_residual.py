@@ -29,7 +29,7 @@ cells = [
     new_markdown_cell("## Logit lens\n\nThe IOI logit difference at the answer position, read after each half-block (TL's labels: `L_pre` enters block L, `L_mid` is after its attention). The last point is the model's own logit difference."),
     new_code_cell(
         "ll = lens.logit_lens(model, task)\n"
-        "plot.render(ll)"
+        "plot.show(ll)"
     ),
     new_code_cell("lens.lens_top_tokens(model, task.text[0], k=3)   # the top tokens per layer, one prompt"),
     new_markdown_cell("## Direct logit attribution\n\nPer head (h0..h3) and per MLP. The rest of the sum (embeddings, attention biases, the unembedding bias) is in `meta`; all of it adds up to the model's logit difference."),
@@ -37,20 +37,20 @@ cells = [
         "dla = lens.direct_logit_attribution(model, task)\n"
         "print('top components:', dla.top(4))\n"
         "print('sum of components', round(dla.meta['total'], 4), '= logit diff', round(dla.meta['logit_diff'], 4))\n"
-        "plot.render(dla)"
+        "plot.show(dla)"
     ),
     new_markdown_cell("## Residual decomposition\n\nThe answer-position residual split into embed, pos_embed, and each layer's attn_out and mlp_out: the projection on the answer direction, the same after the final LayerNorm scale (direct effect), and each component's norm."),
     new_code_cell(
         "dec = lens.residual_decomposition(model, task)\n"
-        "plot.render(dec)"
+        "plot.show(dec)"
     ),
     new_markdown_cell("## Attention-head detectors\n\nMean attention mass on the target positions. Induction is scored on repeated random tokens (`lens.repeated_tokens`, seeded); the others on the IOI rows (padding left out)."),
     new_code_cell(
         "prev = lens.head_scores(model, task, 'previous_token')\n"
         "ind = lens.head_scores(model, None, 'induction')\n"
-        "plot.render(prev)"
+        "plot.show(prev)"
     ),
-    new_code_cell("plot.render(ind)"),
+    new_code_cell("plot.show(ind)"),
 ]
 
 nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})

@@ -92,7 +92,7 @@ def test_attribution_equals_transformer_lens_and_tracks_exact(smollm2, ioi, ioi_
     assert ours.values.abs().max() > 0.05
     exact = (ioi_z.values - ioi_z.meta["corrupt_metric"]).flatten()
     r = torch.corrcoef(torch.stack([exact, ours.values.flatten()]))[0, 1].item()
-    assert r > 0.3, r  # measured: see the report in the docstring of this module's history
+    assert r > 0.3, r
 
 
 def test_path_patching_to_logits_matches_hand_written(smollm2, ioi, ioi_z):
@@ -130,7 +130,7 @@ def test_ablation_scan_equals_one_at_a_time_and_learned_mask(smollm2, sva):
     assert g.axes == ("layer", "unit") and g.shape == (30, 10)
     assert g.meta["baseline"] == pytest.approx(float(metric(run.logits(model, sva.clean))), abs=1e-4)
     assert (g.values - g.meta["baseline"]).abs().max() > 0.5  # some unit matters
-    zero_head = lambda h: lambda act, *, hook: torch.cat([act[:, :, :h], torch.zeros_like(act[:, :, h:h + 1]), act[:, :, h + 1:]], 2)  # noqa: E731
+    zero_head = lambda h: lambda act, *, hook: torch.cat([act[:, :, :h], torch.zeros_like(act[:, :, h:h + 1]), act[:, :, h + 1:]], 2)
     for layer, unit in [(0, 3), (4, 8), (17, 0), (29, 5), (0, 9), (12, 9)]:
         if unit < 9:
             fwd = [(f"blocks.{layer}.attn.hook_z", zero_head(unit))]
@@ -215,7 +215,7 @@ def test_gemma3_resume_and_head_patching(real_cache):
     L = model.cfg.n_layers
     layer, start = L // 2, tokens.shape[1] // 2
     resid, cache = {}, new_kv_cache(model)
-    keep = lambda act, *, hook: resid.__setitem__("r", act.clone())  # noqa: E731
+    keep = lambda act, *, hook: resid.__setitem__("r", act.clone())
     with torch.no_grad(), hooks(model, [(f"blocks.{layer}.hook_resid_pre", keep)]):
         full = model(tokens, **kv_cache_kwargs(model, cache))
     kv = cached_keys_values(cache)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from interp import Grid
-from interp.sweep import ConfigError, load_config, run
+from interp.sweep import ConfigError, SweepError, load, load_config, run
 
 CONFIG = """
 [[experiment]]
@@ -132,3 +132,76 @@ def test_shipped_example_runs_on_the_zoo(tmp_path):
     example = Path(__file__).parent.parent / "examples" / "ioi_patching.toml"
     summary = run(example, tmp_path / "ex", progress=False)
     assert summary["complete"] and len(summary["jobs"]) == 6
+
+
+def _mtimes(folder: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in (folder / "grids").glob("*.safetensors")}
+
+
+def test_editing_one_experiment_reruns_only_that_job(config, tmp_path):
+    out = tmp_path / "out"
+    first = run(config, out, progress=False)
+    for job in first["jobs"]:  # the configuration and both baselines sit beside each result
+        assert job["config"]["n"] in (4, 6) and job["config"]["model"] == job["model"]
+        assert isinstance(job["clean_metric"], float) and isinstance(job["corrupt_metric"], float)
+    grid = Grid.load(out / first["jobs"][0]["file"])
+    assert grid.meta["config"] == first["jobs"][0]["config"] and "clean_metric" in grid.meta
+    before = _mtimes(out)
+    config.write_text(config.read_text().replace("n = 4\nsite = \"resid_pre\"", "n = 5\nsite = \"resid_pre\""))
+    logged = []
+    second = run(config, out, progress=False, log=logged.append)
+    assert second["complete"] and len(second["jobs"]) == 6
+    after = _mtimes(out)
+    changed = {j["job"] for j in second["jobs"]} - {j["job"] for j in first["jobs"]}
+    assert len(changed) == 1 and next(iter(changed)).startswith("attr__")
+    assert second["recomputed"] == [f"attr on {first['jobs'][2]['model']}: n 4 -> 5"] and logged == [
+        f"recomputing {second['recomputed'][0]}"]
+    kept = {name: t for name, t in before.items() if not name.startswith("attr__")}
+    assert {name: after[name] for name in kept} == kept  # the other five were not recomputed
+    assert len(after) == 6  # the stale attr result is gone
+    third = run(config, out, progress=False)  # nothing changed: nothing runs, nothing recomputed
+    assert "recomputed" not in third and _mtimes(out) == after
+
+
+def test_load_gives_every_result_with_its_configuration(config, tmp_path):
+    summary = run(config, tmp_path / "out", progress=False)
+    frame = load(tmp_path / "out")
+    sizes = sum(int(torch.tensor(j["shape"]).prod()) for j in summary["jobs"])
+    assert len(frame) == sizes
+    for column in ("value", "job", "experiment", "kind", "model", "task", "n", "seed", "metric", "clean_metric",
+                   "corrupt_metric", "site"):
+        assert column in frame.columns, column
+    heads = frame[frame.experiment == "heads"]
+    assert set(heads.model) == {j["model"] for j in summary["jobs"] if j["experiment"] == "heads"}
+    assert (frame.groupby("job").n.first() > 0).all()
+
+
+def test_ablation_scan_kind_and_a_failing_job(tmp_path, english_dirs):
+    path = tmp_path / "abl.toml"
+    path.write_text(f"""
+[[experiment]]
+name = "scan"
+kind = "ablation"
+model = "{english_dirs['gpt2']}"
+task = "ioi"
+split = "test"
+n = 4
+ablation = "zero"
+
+[[experiment]]
+name = "broken"
+kind = "path"
+model = "{english_dirs['gpt2']}"
+task = "ioi"
+split = "test"
+n = 2
+receivers = [[9, 0, "q"]]
+""")
+    with pytest.raises(SweepError, match="layer 9 is out of range"):
+        run(path, tmp_path / "out", progress=False)
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert not summary["complete"] and [j["experiment"] for j in summary["jobs"]] == ["scan"]
+    assert summary["failed"][0]["experiment"] == "broken"
+    scan = summary["jobs"][0]
+    assert scan["axes"] == ["layer", "unit"] and isinstance(scan["baseline"], float)
+    assert scan["config"]["ablation"] == "zero" and scan["config"]["mlps"] is True
