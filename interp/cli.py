@@ -34,7 +34,10 @@ def _info(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
         return 0
     for key, value in info.items():
-        if key not in ("hook_names", "hooks"):
+        if key == "placement":  # where the weights live: dtype, then each part's device
+            blocks = "; ".join(f"blocks {r} on {dev}" for dev, r in value["blocks"].items())
+            print(f"placement: {value['dtype']}; embed on {value.get('embed')}; {blocks}; unembed on {value.get('unembed')}")
+        elif key not in ("hook_names", "hooks"):
             print(f"{key}: {value}")
     others = [_hook_label(n, a) for n, a in groups.items() if not n.startswith("blocks.")]
     block0 = [_hook_label(n, a, "blocks.0.") for n, a in groups.items() if n.startswith("blocks.0.")]

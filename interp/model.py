@@ -356,19 +356,39 @@ def load(
     spec: str | Path,
     *,
     device: str | torch.device | None = None,
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | str | None = None,
     trust_remote_code: bool = False,
+    device_map: str | dict[str, Any] | None = None,
+    max_memory: dict[Any, Any] | None = None,
 ):
-    """Load `spec` (hub name, local directory, or zoo:NAME) as a bridge in compatibility mode."""
+    """Load `spec` (hub name, local directory, or zoo:NAME) as a bridge in compatibility mode.
+
+    Placement passes through to `TransformerBridge.boot_transformers`: `device` (one device), or
+    `device_map` ("auto", "balanced", or {module: device}, accelerate-dispatched across GPUs)
+    with an optional `max_memory` ({0: "70GiB", 1: "70GiB", "cpu": "200GiB"}); `dtype` a torch
+    dtype or its name ("bfloat16"). `describe(model)["placement"]` says where each block landed.
+    """
     from transformer_lens.model_bridge import TransformerBridge
 
     target = resolve(spec)
     local = Path(target) if Path(target).is_dir() else None
     kwargs: dict[str, Any] = dict(trust_remote_code=trust_remote_code)
+    if device is not None and device_map is not None:
+        raise InterpError("give device or device_map, not both")
+    if max_memory is not None and device_map is None:
+        raise InterpError("max_memory budgets a device_map: pass device_map='auto' (or a map) with it")
     if device is not None:
         kwargs["device"] = device
+    if isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype):
+            raise InterpError(f"dtype {dtype!r} is not a torch dtype name (e.g. 'float32', 'bfloat16')")
+        dtype = getattr(torch, dtype)
     if dtype is not None:
         kwargs["dtype"] = dtype
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    if max_memory is not None:
+        kwargs["max_memory"] = max_memory
     if local is not None:
         tokenizer = _local_tokenizer(local)
         if tokenizer is not None:
@@ -406,7 +426,48 @@ def describe(model) -> dict[str, Any]:
         "d_vocab": cfg.d_vocab,
         "n_ctx": cfg.n_ctx,
         "is_causal": family != "bert",
+        "placement": placement(model),
     }
+
+
+def _ranges(indices: list[int]) -> str:
+    parts, start = [], None
+    for i, n in enumerate(indices):
+        start = n if start is None else start
+        if i + 1 == len(indices) or indices[i + 1] != n + 1:
+            parts.append(f"{start}" if start == n else f"{start}-{n}")
+            start = None
+    return ",".join(parts)
+
+
+def placement(model) -> dict[str, Any]:
+    """Where the model lives: its dtype, and the device(s) of the embedding, of each run of
+    blocks and of the unembedding, e.g. {"dtype": "bfloat16", "embed": "cuda:0",
+    "blocks": {"cuda:0": "0-39", "cuda:1": "40-79"}, "unembed": "cuda:1"}. A weight that
+    accelerate offloaded (meta on the module) shows as the device in the HF device map."""
+    hf = getattr(model, "original_model", None)
+    hf_map = dict(getattr(hf, "hf_device_map", None) or {})
+
+    def where(module, name_hint: str = "") -> str:
+        devices = sorted({str(p.device) for p in module.parameters()})
+        if devices == ["meta"] and hf_map:
+            hits = [str(v) for k, v in hf_map.items() if name_hint and (k == name_hint or k.endswith(name_hint))]
+            return hits[0] if hits else "offloaded"
+        return "+".join(devices) if devices else "none"
+
+    by_device: dict[str, list[int]] = {}
+    for i, block in enumerate(model.blocks):
+        by_device.setdefault(where(block, f"layers.{i}"), []).append(i)
+    params = list(model.parameters())
+    out: dict[str, Any] = {"dtype": str(params[0].dtype).removeprefix("torch.") if params else "none"}
+    for part in ("embed", "unembed"):
+        module = getattr(model, part, None)
+        if module is not None:
+            out[part] = where(module)
+    out["blocks"] = {dev: _ranges(idx) for dev, idx in by_device.items()}
+    if hf_map:
+        out["device_map"] = "accelerate"
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

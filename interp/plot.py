@@ -331,7 +331,7 @@ def _waiting(div: str, call: str) -> str:
 def _bundle_loader() -> str:
     """JS that defines the global `CircuitsVis` from the bundle stored gzipped and base64-encoded
     (about a third of its 1.3 MB: this is what a notebook stores), unpacked by the browser's
-    DecompressionStream and run in global scope."""
+    DecompressionStream and run as a classic script (so its top-level names are globals)."""
     import base64
     import gzip
 
@@ -339,7 +339,7 @@ def _bundle_loader() -> str:
     return ("(function () { if (window.CircuitsVis) return; "
             f"var bytes = Uint8Array.from(atob('{packed}'), function (c) {{ return c.charCodeAt(0); }}); "
             "new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'))).text()"
-            ".then(function (code) { (0, eval)(code); }); })();")
+            ".then(function (code) { var s = document.createElement('script'); s.text = code; document.head.appendChild(s); }); })();")
 
 
 def circuitsvis_init():

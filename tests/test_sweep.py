@@ -205,3 +205,31 @@ receivers = [[9, 0, "q"]]
     scan = summary["jobs"][0]
     assert scan["axes"] == ["layer", "unit"] and isinstance(scan["baseline"], float)
     assert scan["config"]["ablation"] == "zero" and scan["config"]["mlps"] is True
+
+
+def test_load_passes_placement_through_and_info_shows_it(tiny_dirs, monkeypatch, capsys):
+    """CPU pass-through of device_map / max_memory / dtype to boot_transformers; describe and
+    `interp info` say where each block lives."""
+    import interp
+    from interp.cli import main
+    from transformer_lens.model_bridge import TransformerBridge
+
+    seen = {}
+    boot = TransformerBridge.boot_transformers
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return boot(*args, **kwargs)
+
+    monkeypatch.setattr(TransformerBridge, "boot_transformers", spy)
+    model = interp.load(tiny_dirs["llama"], device_map="auto", max_memory={"cpu": "2GiB"}, dtype="bfloat16")
+    assert seen["device_map"] == "auto" and seen["max_memory"]["cpu"] in ("2GiB", 2 * 2**30) and seen["dtype"] == torch.bfloat16
+    where = interp.describe(model)["placement"]
+    assert where["dtype"] == "bfloat16" and where["blocks"] == {"cpu": f"0-{model.cfg.n_layers - 1}"}
+    assert where["embed"] == where["unembed"] == "cpu"
+    with pytest.raises(interp.InterpError, match="not both"):
+        interp.load(tiny_dirs["llama"], device="cpu", device_map="auto")
+    with pytest.raises(interp.InterpError, match="max_memory"):
+        interp.load(tiny_dirs["llama"], max_memory={"cpu": "1GiB"})
+    assert main(["info", tiny_dirs["gpt2"]]) == 0
+    assert "placement: float32; embed on cpu; blocks 0-1 on cpu; unembed on cpu" in capsys.readouterr().out
