@@ -56,7 +56,7 @@ else:  # pragma: no cover
 __all__ = ["ConfigError", "EXECUTORS", "KINDS", "Job", "SweepError", "job_id", "load", "load_config", "plan",
            "resolved", "run"]
 
-KINDS = ("activation", "attribution", "path", "ablation")
+KINDS = ("activation", "attribution", "path", "ablation", "mask")
 EXECUTORS = ("local", "ray")
 _COMMON = {"name": str, "kind": str, "model": str, "models": list, "task": str, "split": str, "n": int, "seed": int, "metric": str}
 _KEYS = {
@@ -64,6 +64,8 @@ _KEYS = {
     "attribution": {**_COMMON, "site": str, "by_pos": bool, "positions": str},
     "path": {**_COMMON, "senders": list, "receivers": (str, list)},
     "ablation": {**_COMMON, "ablation": str, "mlps": bool},
+    # a learned hard-concrete mask (interp.masking.learn_mask); `seed` seeds the gates and the task
+    "mask": {**_COMMON, "ablation": str, "mlps": bool, "sparsity": (float, int), "steps": int, "lr": (float, int)},
 }
 # the defaults `resolved` fills in (metric: the task's own, looked up per task)
 _DEFAULTS = {
@@ -71,6 +73,7 @@ _DEFAULTS = {
     "attribution": {"by_pos": False, "positions": None},
     "path": {"senders": None, "receivers": "logits"},
     "ablation": {"ablation": "mean", "mlps": True},
+    "mask": {"ablation": "mean", "mlps": True, "sparsity": 0.5, "steps": 200, "lr": 0.2},
 }
 # bump when a job's code changes what it computes: every key changes with it
 _VERSION = 1
@@ -142,8 +145,12 @@ def load_config(path: str | Path) -> list[dict[str, Any]]:
             raise _fail(where, "direction", "must be 'denoise' or 'noise'")
         if exp.get("ablation", "mean") not in ("mean", "zero", "resample"):
             raise _fail(where, "ablation", "must be 'mean', 'zero' or 'resample'")
-        if kind == "ablation" and "metric" in exp:
-            raise _fail(where, "metric", "an ablation scan scores the task's own metric; leave 'metric' out")
+        if kind in ("ablation", "mask") and "metric" in exp:
+            raise _fail(where, "metric", f"a {kind} job scores the task's own metric; leave 'metric' out")
+        if kind == "mask" and not 0.0 < exp.get("sparsity", 0.5) < 1.0:
+            raise _fail(where, "sparsity", "must lie in (0, 1)")
+        if kind == "mask" and exp.get("steps", 200) < 1:
+            raise _fail(where, "steps", "must be >= 1")
         if exp.get("metric", "logit_diff") not in ("logit_diff", "prob", "accuracy", "binary_accuracy"):
             raise _fail(where, "metric", "must be logit_diff, prob, accuracy or binary_accuracy")
         if exp.get("n", 32) < 1:
@@ -182,7 +189,7 @@ def resolved(exp: dict[str, Any], model: str) -> dict[str, Any]:
     """The full configuration of one job: every key that affects its result, defaults filled in."""
     config = {"experiment": exp["name"], "kind": exp["kind"], "model": model, "task": exp["task"],
               "split": exp["split"], "n": exp.get("n", 32), "seed": exp.get("seed", 0)}
-    if exp["kind"] != "ablation":
+    if exp["kind"] not in ("ablation", "mask"):
         config["metric"] = exp.get("metric") or _task_metric(exp["task"], exp["split"])
     if exp["kind"] in ("activation", "attribution"):
         config["site"] = exp["site"]
@@ -220,6 +227,12 @@ def run_job(config: dict[str, Any], model) -> Grid:
         from interp.masking import ablation_scan
 
         return ablation_scan(model, task, ablation=config["ablation"], mlps=config["mlps"], progress=False)
+    if config["kind"] == "mask":
+        from interp.masking import learn_mask
+
+        mask = learn_mask(model, task, sparsity=config["sparsity"], seed=config["seed"], steps=config["steps"],
+                          include_mlps=config["mlps"], ablation=config["ablation"], lr=config["lr"], progress=False)
+        return mask.to_grid()
     # the task's own metric lets patching unembed only at the answer positions
     metric = None if config["metric"] == task.metric else for_task(task, config["metric"])
     if config["kind"] == "activation":

@@ -207,6 +207,41 @@ receivers = [[9, 0, "q"]]
     assert scan["config"]["ablation"] == "zero" and scan["config"]["mlps"] is True
 
 
+def test_learned_masks_over_seeds(tmp_path, english_dirs):
+    """A mask job per seed: each equals learn_mask called directly, at the target sparsity."""
+    import interp
+    from interp import tasks
+    from interp.masking import learn_mask
+
+    path = tmp_path / "masks.toml"
+    body = "".join(f"""
+[[experiment]]
+name = "mask-s{seed}"
+kind = "mask"
+model = "{english_dirs['gpt2']}"
+task = "sva"
+split = "sva_id"
+n = 16
+seed = {seed}
+sparsity = 0.5
+steps = 20
+lr = 1.0
+mlps = false
+""" for seed in (0, 1))
+    path.write_text(body)
+    run(path, tmp_path / "out", progress=False)
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [j["experiment"] for j in summary["jobs"]] == ["mask-s0", "mask-s1"]
+    model = interp.load(english_dirs["gpt2"])
+    task = tasks.make("sva", split="sva_id", n=16, seed=1)
+    want = learn_mask(model, task, sparsity=0.5, seed=1, steps=20, lr=1.0, include_mlps=False, progress=False)
+    got = interp.Grid.load(tmp_path / "out" / summary["jobs"][1]["file"])
+    assert torch.equal(got.values, want.to_grid().values) and got.axes == ("layer", "unit")
+    with pytest.raises(ConfigError, match="sparsity"):
+        path.write_text(body.replace("sparsity = 0.5", "sparsity = 1.5"))
+        run(path, tmp_path / "out2", progress=False)
+
+
 def test_load_passes_placement_through_and_info_shows_it(tiny_dirs, monkeypatch, capsys):
     """CPU pass-through of device_map / max_memory / dtype to boot_transformers; describe and
     `interp info` say where each block lives."""
