@@ -540,7 +540,8 @@ def main() -> None:
     res: dict = {"todo": list(which)}
     timings: dict = {}
 
-    def section(key, fn):
+    def section(key, fn, done=None):
+        res.setdefault("done", []).append(done or key)  # attempted (a failure is listed under errors)
         try:
             t0 = time.perf_counter()
             res[key] = fn()
@@ -561,8 +562,7 @@ def main() -> None:
                 timings.update(t)
                 return res.get("sweeps", []) + rows
 
-            section("sweeps", do_sweep)
-            res.setdefault("done", []).append(key)
+            section("sweeps", do_sweep, key)
     if "limit" in which and timings:
         def do_limit():
             rows, costs = limit_rows(model, clean, timings)
@@ -570,11 +570,8 @@ def main() -> None:
             return rows
 
         section("limit", do_limit)
-    if "limit" in which:
-        res.setdefault("done", []).append("limit")
     if "load" in which:
         section("load", loads)
-        res.setdefault("done", []).append("load")
     if "bf16" in which:
         def do_bf16():
             ref = timings["z"][2] if "z" in timings else \
@@ -582,14 +579,12 @@ def main() -> None:
             return bf16(task, ref)
 
         section("bf16", do_bf16)
-        res.setdefault("done", []).append("bf16")
     for key, fn in (("attr", lambda: attribution(model, task, io_ids, s_ids, args.repeats)),
                     ("gen", lambda: generation(model, args.repeats)),
                     ("mem", memory),
                     ("profile", lambda: profile_z(model, task))):
         if key in which:
             section(key, fn)
-            res.setdefault("done", []).append(key)
     log(f"total {time.perf_counter() - t_start:.0f}s")
     if not args.no_write:
         write(Path(args.out), res, args)
