@@ -81,94 +81,10 @@ SPLITS_SVA = ("none", "pp_match", "pp_mismatch", "rc_match", "rc_mismatch")
 SPLITS: dict[str, tuple[str, ...]] = {"ioi": SPLITS_IOI, "sva": SPLITS_SVA}
 _HELDOUT_EVERY = 4  # names at curated index i with i % 4 == 3 are held out
 
-NAMES: tuple[str, ...] = tuple(
-    """Mary John James Anna David Sarah Michael Laura Robert Emma Daniel Kate Thomas Lisa Paul Julia
-    Mark Alice Peter Rose George Helen Frank Grace Henry Claire Jack Susan Edward Amy Oliver Nina
-    Victor Diana Hugo Irene Simon Lucy Martin Eva William Elizabeth Richard Jennifer Charles Linda
-    Joseph Barbara Christopher Jessica Matthew Karen Anthony Nancy Steven Betty Andrew Sandra Joshua
-    Ashley Kevin Emily Brian Donna Ryan Michelle Jacob Carol Gary Amanda Eric Melissa Jason Deborah
-    Jeffrey Stephanie Scott Rebecca Justin Sharon Brandon Cynthia Benjamin Kathleen Samuel Amy Gregory
-    Angela Patrick Anna Alexander Brenda Jonathan Pamela Raymond Nicole Dennis Samantha Tyler Katherine
-    Aaron Christine Adam Rachel Nathan Catherine Henry Carolyn Zachary Janet Douglas Maria Peter Heather
-    Kyle Diane Walter Olivia Ethan Julie Jeremy Joyce Harold Victoria Keith Kelly Christian Christina
-    Roger Lauren Noah Joan Gerald Evelyn Carl Judith Terry Megan Sean Cheryl Austin Andrea Arthur Hannah
-    Lawrence Martha Jesse Jacqueline Dylan Frances Bryan Gloria Joe Ann Jordan Teresa Billy Kathryn
-    Bruce Sara Albert Janice Willie Jean Gabriel Alice Logan Madison Alan Doris Juan Abigail Wayne Julia
-    Roy Judy Ralph Grace Randy Denise Eugene Amber Vincent Marilyn Russell Beverly Elijah Danielle
-    Louis Theresa Bobby Sophia Philip Marie Johnny Diana Tom Max Ben Sam Tim Dan Bob Jim Ted Luke
-    Leo Ian Ray Ruth Kim Jane Beth Eve Liz Meg Sue Tina Jill Dave Mike Steve Chris Alex Tony""".split()
-)
-NAMES = tuple(dict.fromkeys(NAMES))  # ordered de-duplication
-PLACES: tuple[str, ...] = tuple(
-    """store park school office station hospital restaurant beach library museum market church garden
-    bank cafe airport hotel theater gym zoo farm mall bakery lake house kitchen shop club party house
-    village city forest river beach pool stadium office hall bar""".split()
-)
-PLACES = tuple(dict.fromkeys(PLACES))
-OBJECTS: tuple[str, ...] = tuple(
-    """drink ring snack gift ball necklace computer bone book letter key card flower cake hat pen phone
-    bag box coin toy apple basket kite ticket watch bottle map camera bicycle sandwich cookie shirt
-    jacket candle lamp painting present banana orange pencil cup plate knife guitar picture note
-    dress scarf""".split()
-)
-OBJECTS = tuple(dict.fromkeys(OBJECTS))
-# (singular, plural) noun pairs; the first block is animate (usable as a relative-clause subject)
-_ANIMATE = (
-    ("author", "authors"), ("pilot", "pilots"), ("surgeon", "surgeons"), ("farmer", "farmers"),
-    ("manager", "managers"), ("customer", "customers"), ("officer", "officers"), ("teacher", "teachers"),
-    ("senator", "senators"), ("doctor", "doctors"), ("lawyer", "lawyers"), ("student", "students"),
-    ("dancer", "dancers"), ("singer", "singers"), ("soldier", "soldiers"), ("guard", "guards"),
-    ("minister", "ministers"), ("parent", "parents"), ("child", "children"), ("man", "men"),
-    ("woman", "women"), ("boy", "boys"), ("girl", "girls"), ("friend", "friends"), ("king", "kings"),
-    ("nurse", "nurses"), ("driver", "drivers"), ("worker", "workers"), ("player", "players"),
-    ("artist", "artists"), ("writer", "writers"), ("leader", "leaders"), ("officer", "officers"),
-    ("judge", "judges"), ("chef", "chefs"), ("athlete", "athletes"), ("engineer", "engineers"),
-)
-_THINGS = (
-    ("key", "keys"), ("cabinet", "cabinets"), ("book", "books"), ("table", "tables"), ("door", "doors"),
-    ("box", "boxes"), ("car", "cars"), ("tree", "trees"), ("house", "houses"), ("window", "windows"),
-    ("chair", "chairs"), ("picture", "pictures"), ("bottle", "bottles"), ("letter", "letters"),
-    ("road", "roads"), ("lamp", "lamps"), ("cup", "cups"), ("shoe", "shoes"), ("painting", "paintings"),
-    ("bridge", "bridges"), ("building", "buildings"), ("computer", "computers"), ("phone", "phones"),
-    ("plate", "plates"), ("report", "reports"), ("machine", "machines"), ("garden", "gardens"),
-    ("wall", "walls"), ("bed", "beds"), ("desk", "desks"), ("bag", "bags"), ("engine", "engines"),
-)
-NOUNS: tuple[tuple[str, str], ...] = tuple(dict.fromkeys(_ANIMATE + _THINGS))
-_ANIMATE = tuple(dict.fromkeys(_ANIMATE))
-# (singular, plural) verb pairs that can answer an SVA prompt
-VERBS: tuple[tuple[str, str], ...] = (
-    ("is", "are"), ("was", "were"), ("has", "have"), ("does", "do"), ("seems", "seem"),
-    ("runs", "run"), ("walks", "walk"), ("works", "work"), ("looks", "look"), ("remains", "remain"),
-    ("stands", "stand"), ("sits", "sit"), ("goes", "go"), ("comes", "come"), ("makes", "make"),
-)
-# (singular, plural) transitive verb pairs for relative clauses "that the {M} {V}"
-TRANSITIVE: tuple[tuple[str, str], ...] = (
-    ("likes", "like"), ("sees", "see"), ("needs", "need"), ("wants", "want"), ("knows", "know"),
-    ("loves", "love"), ("hates", "hate"), ("admires", "admire"), ("helps", "help"), ("meets", "meet"),
-    ("finds", "find"), ("follows", "follow"), ("hears", "hear"), ("trusts", "trust"), ("calls", "call"),
-    ("visits", "visit"), ("praises", "praise"), ("thanks", "thank"),
-)
-PREPOSITIONS: tuple[str, ...] = (
-    "near", "behind", "beside", "under", "above", "by", "with", "from", "on", "in", "of", "to", "for",
-    "next to", "across from", "in front of", "close to", "opposite",
+from interp.tasks.bpe_words import (  # noqa: E402  (the curated word lists and templates)
+    ANIMATE, IOI_TEMPLATES, NAMES, NOUNS, OBJECTS, PLACES, PREPOSITIONS, TRANSITIVE, VERBS,
 )
 
-# {A} {B}: the first-clause names in order; {S}: the repeated subject; {P} a place, {O} an object
-IOI_TEMPLATES: tuple[str, ...] = (
-    "When {A} and {B} went to the {P}, {S} gave a {O} to",
-    "After {A} and {B} went to the {P}, {S} gave a {O} to",
-    "While {A} and {B} were working at the {P}, {S} gave a {O} to",
-    "While {A} and {B} were commuting to the {P}, {S} gave a {O} to",
-    "When {A} and {B} got a {O} at the {P}, {S} decided to give it to",
-    "Then, {A} and {B} went to the {P}. {S} gave a {O} to",
-    "Then, {A} and {B} had a lot of fun at the {P}. {S} gave a {O} to",
-    "Then, {A} and {B} were working at the {P}. {S} decided to give a {O} to",
-    "Then, {A} and {B} had a long argument, and afterwards {S} said to",
-    "After the lunch, {A} and {B} went to the {P}. {S} gave a {O} to",
-    "Afterwards, {A} and {B} went to the {P}. {S} gave a {O} to",
-    "Friends {A} and {B} found a {O} at the {P}. {S} gave it to",
-    "The {P} {A} and {B} went to had a {O}. {S} gave it to",
-)
 _SLOT = re.compile(r" \{([A-Z])\}")
 _MAX_TRIES = 50  # resamples per row before giving up on a row that will not tokenize cleanly
 
@@ -263,7 +179,7 @@ def vocabulary(model: Any) -> dict[str, tuple]:
         "places": tuple(w for w in PLACES if src.word(w) is not None),
         "objects": tuple(w for w in OBJECTS if src.word(w) is not None),
         "nouns": _pairs(src, NOUNS),
-        "animate_nouns": _pairs(src, _ANIMATE),
+        "animate_nouns": _pairs(src, ANIMATE),
         "verbs": _pairs(src, VERBS),
         "transitive": _pairs(src, TRANSITIVE),
         "prepositions": tuple(p for p in PREPOSITIONS if all(src.word(w) is not None for w in p.split())),
@@ -504,7 +420,7 @@ def sva(
     src = _Src(model, prepend_bos)
     kind = split.split("_")[0]
     if nouns is None:
-        heads, animate = _pairs(src, NOUNS), _pairs(src, _ANIMATE)
+        heads, animate = _pairs(src, NOUNS), _pairs(src, ANIMATE)
     else:
         heads = animate = _require_pairs(src, nouns, "nouns")
     verb_pairs = _require_pairs(src, [("is", "are")] if verbs is None else verbs, "verbs")
