@@ -232,12 +232,12 @@ def activation_patch(
     base, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
     todo, axes, shape = cells(model, site, by_pos, clean.shape[1])
     names = [spec_of(site).hook.format(layer=l) for l in range(model.cfg.n_layers)]
-    source_logits, source_acts = run.cache(model, source, names)
+    source_logits, source_acts = run.cache(model, source, names, answer_pos=answer_pos)
     labels = _labels(model, axes, clean, shape)
     if mode == "named":
         # a source equal to the base run's activation except at each row's named position: patched
         # whole, it writes exactly those positions (the base run's activation is the base's there)
-        base_logits, base_acts = run.cache(model, base, names)
+        base_logits, base_acts = run.cache(model, base, names, answer_pos=answer_pos)
         keys = list(named)
         axis = position_axis(names[0])
         sources = {(l, k): _replaced(base_acts[names[l]], source_acts[names[l]], axis, named[k])
@@ -248,7 +248,7 @@ def activation_patch(
         variants = [[Patch(names[l], sources[(l, keys[p])], head=h)] for l, p, h in todo]
         labels = tuple(tuple(keys) if i == p_axis else ls for i, ls in enumerate(labels))
     else:
-        base_logits = run.logits(model, base)
+        base_logits, _ = run.cache(model, base, [], answer_pos=answer_pos)
         variants = [[Patch(names[l], source_acts[names[l]], pos=p, head=h)] for l, p, h in todo]
     clean_logits, corrupt_logits = (source_logits, base_logits) if direction == "denoise" else (base_logits, source_logits)
     values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
@@ -292,8 +292,8 @@ def attribution_patch(
     mode, named, ticks = _named(task, by_pos, positions)
     spec = spec_of(site)
     names = [spec.hook.format(layer=l) for l in range(model.cfg.n_layers)]
-    clean_logits, clean_acts = run.cache(model, clean, names)
-    logits, acts = run.with_grad(model, corrupt, names)
+    clean_logits, clean_acts = run.cache(model, clean, names, answer_pos=answer_pos)
+    logits, acts = run.with_grad(model, corrupt, names, answer_pos=answer_pos)
     with torch.enable_grad():
         value = metric(logits)
         if not isinstance(value, Tensor) or value.numel() != 1 or not torch.isfinite(value):
@@ -381,8 +381,8 @@ def path_patch(
         senders_run = senders
     z_names = [f"blocks.{l}.attn.hook_z" for l in range(n_layers)]
     mlp_names = [f"blocks.{l}.hook_mlp_out" for l in range(n_layers)]
-    clean_logits, clean_acts = run.cache(model, clean, z_names + mlp_names)
-    corrupt_logits, corrupt_z = run.cache(model, corrupt, z_names)
+    clean_logits, clean_acts = run.cache(model, clean, z_names + mlp_names, answer_pos=answer_pos)
+    corrupt_logits, corrupt_z = run.cache(model, corrupt, z_names, answer_pos=answer_pos)
     frozen = [Patch(n, clean_acts[n]) for n in z_names + mlp_names]
     # frozen to clean everywhere, except the sender's own output, which is corrupt
     variants = [frozen + [Patch(z_names[l], corrupt_z[z_names[l]], head=h)] for l, h in senders_run]
@@ -390,7 +390,7 @@ def path_patch(
         rec_names = sorted({f"blocks.{l}.attn.hook_{w}" for l, _, w in receivers})
         staged = []
         for variant in variants:  # record the receivers' inputs under each frozen run
-            _, recorded = run.cache(model, clean, rec_names, variant)
+            _, recorded = run.cache(model, clean, rec_names, variant, answer_pos=answer_pos)
             staged.append([Patch(f"blocks.{l}.attn.hook_{w}", recorded[f"blocks.{l}.attn.hook_{w}"], head=h)
                            for l, h, w in receivers])
         variants = staged

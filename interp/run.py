@@ -148,8 +148,23 @@ def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
         return model(tokens)
 
 
-def cache(model, tokens: Tensor, names: Sequence[str], interventions: Variant = ()) -> tuple[Tensor, dict[str, Tensor]]:
-    """(logits, {name: activation}) of one forward; activations are recorded after interventions."""
+def _checked_answer_pos(tokens: Tensor, answer_pos: Tensor | None) -> Tensor | None:
+    if answer_pos is None:
+        return None
+    batch, n_pos = tokens.shape
+    answer_pos = torch.as_tensor(answer_pos).to(tokens.device)
+    if answer_pos.shape != (batch,) or answer_pos.min() < 0 or answer_pos.max() >= n_pos:
+        raise InterpError(f"answer_pos must be one index in [0, {n_pos}) per row ({batch} rows), got "
+                          f"{tuple(answer_pos.shape)} {answer_pos.tolist()[:8]}")
+    return answer_pos
+
+
+def cache(model, tokens: Tensor, names: Sequence[str], interventions: Variant = (), *,
+          answer_pos: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """(logits, {name: activation}) of one forward; activations are recorded after interventions.
+
+    `answer_pos` [batch]: compute logits only at one position per row (NaN elsewhere), as
+    `evaluate` does; the activations are the same."""
     found: dict[str, Tensor] = {}
 
     def keep(name: str) -> Callable:
@@ -158,15 +173,20 @@ def cache(model, tokens: Tensor, names: Sequence[str], interventions: Variant = 
 
         return hook_fn
 
-    with torch.no_grad(), intervened(model, interventions), hooks(model, [(n, keep(n)) for n in names]):
+    answer_pos = _checked_answer_pos(tokens, answer_pos)
+    fwd = [(n, keep(n)) for n in names]
+    if answer_pos is not None:
+        fwd.append(("unembed.hook_in", _gather_hook(answer_pos)))
+    with torch.no_grad(), intervened(model, interventions), hooks(model, fwd):
         out = model(tokens)
-    return out, found
+    return (out if answer_pos is None else _spread(out[:, 0], answer_pos, tokens.shape[1])), found
 
 
-def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Variant = ()) -> tuple[Tensor, dict[str, Tensor]]:
+def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Variant = (), *,
+              answer_pos: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
     """(logits, {name: activation}) of one forward with autograd on: each activation is in the
     graph, so `torch.autograd.grad(f(logits), acts)` gives d f / d activation at every name at once.
-    With frozen weights the graph starts at the embeddings."""
+    With frozen weights the graph starts at the embeddings. `answer_pos` as in `cache`."""
     found: dict[str, Tensor] = {}
 
     def keep(name: str) -> Callable:
@@ -176,11 +196,16 @@ def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Varian
 
         return hook_fn
 
+    answer_pos = _checked_answer_pos(tokens, answer_pos)
     fwd = [(n, keep(n)) for n in names]
     if not any(p.requires_grad for p in model.parameters()):
         fwd.insert(0, ("hook_embed", lambda act, *, hook: act.detach().requires_grad_(True)))
+    if answer_pos is not None:
+        fwd.append(("unembed.hook_in", _gather_hook(answer_pos)))
     with torch.enable_grad(), intervened(model, interventions), hooks(model, fwd):
         out = model(tokens)
+        if answer_pos is not None:
+            out = _spread(out[:, 0], answer_pos, tokens.shape[1])
     missing = [n for n in names if n not in found]
     if missing:
         raise InterpError(f"{missing} did not run in this forward")
@@ -378,14 +403,16 @@ def _gather_hook(index: Tensor) -> Callable:
     return hook_fn
 
 
-def _spread(at: Tensor, answer_pos: Tensor, start: int, base_logits: Tensor) -> Tensor:
+def _spread(at: Tensor, answer_pos: Tensor, n_pos: int, start: int = 0, base_logits: Tensor | None = None) -> Tensor:
     """Logits [batch, pos, d_vocab] holding `at` [batch, d_vocab] at each row's position (the base
     run's where that position lies before `start`) and NaN everywhere else, so a metric that reads
     another position fails loudly instead of reading a number that was never computed."""
     rows = torch.arange(at.shape[0], device=at.device)
-    out = torch.full((at.shape[0], base_logits.shape[1], at.shape[-1]), float("nan"), dtype=at.dtype, device=at.device)
-    early = answer_pos < start
-    out[rows, answer_pos] = torch.where(early[:, None], base_logits[rows, answer_pos].to(at.dtype), at)
+    out = torch.full((at.shape[0], n_pos, at.shape[-1]), float("nan"), dtype=at.dtype, device=at.device)
+    if start:
+        early = answer_pos < start
+        at = torch.where(early[:, None], base_logits[rows, answer_pos].to(at.dtype), at)
+    out[rows, answer_pos] = at
     return out
 
 
@@ -422,11 +449,7 @@ def evaluate(
         raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     tokens = tokens.to(model.cfg.device)
     batch, n_pos = tokens.shape
-    if answer_pos is not None:
-        answer_pos = torch.as_tensor(answer_pos).to(tokens.device)
-        if answer_pos.shape != (batch,) or answer_pos.min() < 0 or answer_pos.max() >= n_pos:
-            raise InterpError(f"answer_pos must be one index in [0, {n_pos}) per row ({batch} rows), got "
-                              f"{tuple(answer_pos.shape)} {answer_pos.tolist()[:8]}")
+    answer_pos = _checked_answer_pos(tokens, answer_pos)
     split = [_split(v) for v in variants]
     found: dict[int, Tensor] = {}
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -469,7 +492,7 @@ def evaluate(
                 for j, k in enumerate(chosen):
                     rows = result[j * batch : (j + 1) * batch]
                     if answer_pos is not None:
-                        rows = _spread(rows[:, 0], answer_pos, start, base_logits)
+                        rows = _spread(rows[:, 0], answer_pos, n_pos, start, base_logits)
                     found[indices[k]] = _measure(metric, rows, "intervened")
     shapes = {tuple(v.shape) for v in found.values()}
     if len(shapes) > 1:

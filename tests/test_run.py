@@ -135,3 +135,29 @@ def test_evaluate_edge_starts_pattern_means_and_param_order(gpt2):
     param = next(n for n, p in gpt2.named_parameters() if p.ndim == 2 and ".1." in n and "mlp" in n)
     run.logits(gpt2, corrupt, [WeightMask({param: torch.zeros(())})])
     assert [n for n, _ in gpt2.named_parameters()] == before  # the model comes back in its own order
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_cache_and_grad_at_answer_positions_only(tiny_models, family):
+    """Logits only at the answer positions: the same numbers there, NaN elsewhere, the same
+    activations and the same gradients of a metric that reads them."""
+    model = tiny_models[family]
+    clean, _ = _pair(model)
+    at = torch.tensor([6, 2, 4])
+    names = ["blocks.0.hook_resid_pre", "blocks.1.attn.hook_z"]
+    full, acts = run.cache(model, clean, names)
+    sparse, sparse_acts = run.cache(model, clean, names, answer_pos=at)
+    rows = torch.arange(3)
+    assert torch.allclose(sparse[rows, at], full[rows, at], atol=1e-5)
+    assert torch.isnan(sparse[0, 0]).all() and sparse.shape == full.shape
+    assert all(torch.equal(acts[n], sparse_acts[n]) for n in names)
+
+    def read(logits):
+        return (logits[rows, at, 7] - logits[rows, at, 8]).mean()
+
+    grads = []
+    for pos in (None, at):
+        logits, live = run.with_grad(model, clean, names, answer_pos=pos)
+        grads.append(torch.autograd.grad(read(logits), [live[n] for n in names]))
+    for a, b in zip(*grads):
+        assert torch.allclose(a, b, atol=1e-6) and a.abs().max() > 0
