@@ -26,11 +26,13 @@ from interp.errors import InterpError
 from interp.results import atomic_dir
 from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
 
-__all__ = ["FAMILIES", "DECODER_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "quiet_loading", "resolve", "resume", "save_model_dir", "skipped_blocks", "user_zoo_dir", "zoo_dirs", "zoo_path"]
+__all__ = ["FAMILIES", "DECODER_FAMILIES", "RESUMABLE_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "quiet_loading", "resolve", "resume", "save_model_dir", "skipped_blocks", "user_zoo_dir", "zoo_dirs", "zoo_path"]
 
 FAMILIES = ("gpt2", "llama", "gemma2", "qwen2", "bert")
-# decoders that the real models add (loaded, not built by build_tiny or trained in the zoo)
-DECODER_FAMILIES = (*FAMILIES[:4], "gemma3", "gemma3_text")
+DECODER_FAMILIES = FAMILIES[:4]
+# causal decoders a forward may resume in: the zoo's, and those the real models add (loaded, not
+# built by build_tiny or trained in the zoo)
+RESUMABLE_FAMILIES = (*DECODER_FAMILIES, "gemma3", "gemma3_text")
 # The shipped zoo: package data, so a wheel carries it. Nothing writes here at run time; models
 # trained with `interp zoo train` go to user_zoo_dir(), which `zoo:NAME` searches first.
 ZOO_DIR = Path(__file__).resolve().parent / "data" / "zoo"
@@ -512,7 +514,7 @@ def can_resume(model) -> bool:
     """Whether `resume` may skip work on this model: a causal decoder of a supported family
     (BERT attends both ways, so a later position can change an earlier one)."""
     hf_cfg = getattr(model.original_model, "config", None)
-    return hf_cfg is not None and family_of(hf_cfg.to_dict()) in DECODER_FAMILIES and _hf_block_list(model) is not None
+    return hf_cfg is not None and family_of(hf_cfg.to_dict()) in RESUMABLE_FAMILIES and _hf_block_list(model) is not None
 
 
 class _SkippedBlock(torch.nn.Module):
