@@ -108,7 +108,9 @@ def convert(path: str | Path) -> Path:
     out = cache_dir() / "hf" / _sha256(path)
     if (out / "interp-gguf.json").exists():  # written last: its presence means the folder is whole
         return out
-    with atomic_dir(out) as tmp:  # a folder from an interrupted run never gets the marker file
+    # a folder from an interrupted run never gets the marker file; when two processes convert the
+    # same file at once, the first to finish wins and the other's copy is discarded
+    with atomic_dir(out, complete=lambda p: (p / "interp-gguf.json").exists()) as tmp:
         _dequantize(path, tmp)
         (tmp / "interp-gguf.json").write_text(json.dumps({"source": path.name, "dtype": "float32", "quantized": True}))
     return out

@@ -172,8 +172,9 @@ def build_tiny(
     return save_model_dir(model, tokenizer, directory)
 
 
-class ModelNotFoundError(FileNotFoundError):
-    """A model spec that names nothing loadable here."""
+class ModelNotFoundError(InterpError, FileNotFoundError):
+    """A model spec that names nothing loadable here (an InterpError like all bad input, and a
+    FileNotFoundError for code that catches that)."""
 
 
 def user_zoo_dir() -> Path:

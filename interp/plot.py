@@ -59,7 +59,8 @@ def _title(grid: Grid) -> str:
 
 
 def _color(values: torch.Tensor) -> dict[str, Any]:
-    lo, hi = float(values.min()), float(values.max())
+    finite = values[torch.isfinite(values)]  # NaN cells (path_patch's unreachable senders) do not set the scale
+    lo, hi = (float(finite.min()), float(finite.max())) if finite.numel() else (0.0, 0.0)
     if lo < 0 < hi:
         bound = max(-lo, hi)
         return dict(color_continuous_scale=_DIVERGING, zmin=-bound, zmax=bound)
@@ -91,6 +92,8 @@ def _table(frame) -> Any:
 
 
 def _grid(grid: Grid):
+    if grid.axes and grid.values.numel() == 0:
+        raise InterpError(f"cannot draw an empty Grid {dict(zip(grid.axes, grid.shape))}: an axis has no entries")
     chart = grid.meta.get("chart")
     if chart is not None and chart not in CHARTS:
         raise InterpError(f"meta['chart']={chart!r} is not one of {CHARTS}")

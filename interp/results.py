@@ -22,8 +22,9 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Sequence, TypeVar
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -52,7 +53,13 @@ T = TypeVar("T")
 
 
 def _tick(x: Any) -> str | int | float:
-    return x if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+    if isinstance(x, torch.Tensor) and x.numel() == 1:  # torch.arange(3) as labels: 0, 1, 2
+        x = x.item()
+    if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):  # numpy ints too
+        return int(x)
+    if isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)):
+        return float(x)
+    return str(x)
 
 
 def _save_method(self, path: str | Path) -> Path:
@@ -241,7 +248,8 @@ class Grid:
     def top(self, n: int = 5, *, largest: bool = True) -> list[tuple[dict[str, Any], float]]:
         """The n largest (or smallest) cells as ({axis: label}, value) pairs."""
         flat = self.values.flatten().float()
-        order = flat.argsort(descending=largest)[:n]
+        order = flat.argsort(descending=largest)
+        order = order[~flat[order].isnan()][:n]  # NaN cells (e.g. unreachable senders) are not ranked
         out = []
         for i in order.tolist():
             idx = torch.unravel_index(torch.tensor(i), self.values.shape)
@@ -356,6 +364,8 @@ class Grid:
             raise InterpError(f"{how}() names an axis twice: {names}")
         dims = tuple(self.axis(a) for a in names)
         v = self.values
+        if how in ("max", "min") and any(v.shape[d] == 0 for d in dims):
+            raise InterpError(f"{how}() over an empty axis: {self._describe()}")
         if how in ("mean", "std") and not v.is_floating_point():
             v = v.float()
         if not dims:
@@ -402,6 +412,8 @@ class Grid:
     # ---- arithmetic -------------------------------------------------------------------------
 
     def _binary(self, other: Any, op: str, fn, reverse: bool = False) -> Grid:
+        if isinstance(other, Grid) and other.axes and not self.axes:  # a 0-axis Grid is a number, either side
+            return other._binary(self, op, fn, reverse=not reverse)
         if isinstance(other, Grid) and not other.axes and self.axes:  # a 0-axis Grid is a number
             rhs, note = other.values, f"{op} {float(other.values):.6g}"
         elif isinstance(other, Grid):
@@ -458,11 +470,15 @@ class Grid:
         patching functions record). A Grid of changes from the corrupt baseline
         (meta["relative_to"] == "corrupt_metric", as attribution_patch writes) is divided by
         (clean - corrupt) only, so the same meaning holds."""
+        explicit = corrupt is not None and clean is not None
         corrupt = self.meta.get("corrupt_metric") if corrupt is None else corrupt
         clean = self.meta.get("clean_metric") if clean is None else clean
         if corrupt is None or clean is None:
             raise InterpError("normalize needs the corrupt and clean baselines: pass normalize(corrupt, clean), or "
                               "keep meta['corrupt_metric'] and meta['clean_metric']")
+        if self.meta.get("normalized") and not explicit:
+            raise InterpError("this Grid is already normalised (meta['normalized']); normalising it again against "
+                              "meta's baselines would rescale it twice. Pass normalize(corrupt, clean) explicitly")
         corrupt, clean = float(corrupt), float(clean)
         if not (math.isfinite(corrupt) and math.isfinite(clean)) or clean == corrupt:
             raise InterpError(f"cannot normalize: clean baseline {clean!r} and corrupt baseline {corrupt!r} must be "
@@ -563,18 +579,28 @@ def atomic_path(path: str | Path) -> Iterator[str]:
 
 
 @contextmanager
-def atomic_dir(path: str | Path) -> Iterator[Path]:
+def atomic_dir(path: str | Path, *, complete: Callable[[Path], bool] | None = None) -> Iterator[Path]:
     """Yield a temp folder beside `path`; it replaces `path` only if the body succeeds, else it is
-    removed, so a crash or kill mid-write never leaves a half-written folder under the final name."""
+    removed, so a crash or kill mid-write never leaves a half-written folder under the final name.
+
+    `complete(path)`: for content-addressed folders (a cache) that any finished writer fills the
+    same way. When another process has already put a complete folder at `path`, that one is kept
+    (readers may be using it) and this one is discarded, instead of deleting it under them."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     tmp.chmod(0o755)  # mkdtemp makes 0700; the final folder should be readable like any other
     try:
         yield tmp
+        if complete is not None and complete(path):
+            return  # another writer finished first (the finally removes ours)
         if path.exists():
             shutil.rmtree(path)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # a concurrent writer renamed its folder into place between the two steps
+            if complete is None or not complete(path):
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -594,6 +620,8 @@ def stack(grids: Sequence[Grid], axis: str, labels: Sequence[Any]) -> Grid:
     """Stack same-shaped Grids along a new leading axis."""
     if len(grids) != len(labels):
         raise InterpError(f"{len(grids)} grids but {len(labels)} labels")
+    if not grids:
+        raise InterpError("stack needs at least one Grid")
     first = grids[0]
     for g in grids[1:]:
         if g.axes != first.axes or g.shape != first.shape:

@@ -153,6 +153,8 @@ def _checked_answer_pos(tokens: Tensor, answer_pos: Tensor | None) -> Tensor | N
         return None
     batch, n_pos = tokens.shape
     answer_pos = torch.as_tensor(answer_pos).to(tokens.device)
+    if answer_pos.dtype.is_floating_point or answer_pos.dtype.is_complex or answer_pos.dtype == torch.bool:
+        raise InterpError(f"answer_pos must hold integer positions, got dtype {answer_pos.dtype}")
     if answer_pos.shape != (batch,) or answer_pos.min() < 0 or answer_pos.max() >= n_pos:
         raise InterpError(f"answer_pos must be one index in [0, {n_pos}) per row ({batch} rows), got "
                           f"{tuple(answer_pos.shape)} {answer_pos.tolist()[:8]}")

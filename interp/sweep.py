@@ -194,6 +194,9 @@ def resolved(exp: dict[str, Any], model: str) -> dict[str, Any]:
     if exp["kind"] in ("activation", "attribution"):
         config["site"] = exp["site"]
     config.update({k: exp.get(k, v) for k, v in _DEFAULTS[exp["kind"]].items()})
+    for k in ("sparsity", "lr"):  # `lr = 1` and `lr = 1.0` are one configuration, so one key
+        if k in config:
+            config[k] = float(config[k])
     return config
 
 

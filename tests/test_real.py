@@ -2,7 +2,7 @@
 heads over 3 KV heads, rotary), one test per capability at small n, each checking a property that
 must hold on real weights: parity with plain TransformerLens / hand-written hooks, or a causal
 effect measured on this model (thresholds carry a wide margin over the measured numbers, noted
-beside each). The Gemma-3 test at the end runs behind `-m real` (`make test-real`).
+beside each). The same capabilities on Gemma-3-270M run at the end, behind `-m real` (`make test-real`).
 """
 
 from __future__ import annotations

@@ -276,7 +276,7 @@ def _task(name: str, split: str, seed: int, rows: list[dict], meta: dict[str, An
 
 
 def _check_n(n: int) -> None:
-    if not isinstance(n, int) or n < 1:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise InterpError(f"n={n!r} must be an integer >= 1")
 
 
