@@ -20,6 +20,27 @@ from interp.metrics import for_task
 from interp.tasks import bpe
 
 
+
+def _path_patch_by_hand(model, task, layer, head):
+    """Path patching to the logits written with plain TL hooks: every hook_z and hook_mlp_out
+    frozen at its clean value, except the sender head's output, taken from the corrupt run."""
+    _, cc = model.run_with_cache(task.clean)
+    _, kc = model.run_with_cache(task.corrupt)
+
+    def frozen(name):
+        return lambda act, *, hook: cc[name]
+
+    def sender(act, *, hook):
+        act = cc[hook.name].clone()
+        act[:, :, head] = kc[hook.name][:, :, head]
+        return act
+
+    L = model.cfg.n_layers
+    fwd = [(f"blocks.{l}.attn.hook_z", sender if l == layer else frozen(f"blocks.{l}.attn.hook_z")) for l in range(L)]
+    fwd += [(f"blocks.{l}.hook_mlp_out", frozen(f"blocks.{l}.hook_mlp_out")) for l in range(L)]
+    with torch.no_grad(), hooks(model, fwd):
+        return float(for_task(task)(model(task.clean)))
+
 @pytest.fixture(scope="module")
 def ioi(smollm2):
     return bpe.ioi(smollm2, 2, split="abba")
@@ -102,22 +123,7 @@ def test_path_patching_to_logits_matches_hand_written(smollm2, ioi, ioi_z):
     assert torch.isfinite(torch.stack([g.values[l, h] for l, h in senders])).all()
     assert torch.isnan(g.values).sum() == 30 * 9 - len(senders)
     layer, head = 29, 1  # a late head: its direct path carries part of the answer
-    L = model.cfg.n_layers
-    _, cc = model.run_with_cache(ioi.clean)
-    _, kc = model.run_with_cache(ioi.corrupt)
-
-    def frozen(name):
-        return lambda act, *, hook: cc[name]
-
-    def sender(act, *, hook):
-        act = cc[hook.name].clone()
-        act[:, :, head] = kc[hook.name][:, :, head]
-        return act
-
-    fwd = [(f"blocks.{l}.attn.hook_z", sender if l == layer else frozen(f"blocks.{l}.attn.hook_z")) for l in range(L)]
-    fwd += [(f"blocks.{l}.hook_mlp_out", frozen(f"blocks.{l}.hook_mlp_out")) for l in range(L)]
-    with torch.no_grad(), hooks(model, fwd):
-        want = float(for_task(ioi)(model(ioi.clean)))
+    want = _path_patch_by_hand(model, ioi, layer, head)
     assert g.values[layer, head].item() == pytest.approx(want, abs=1e-3)
     # a sender's corrupt output can only pull the metric away from clean, never past it by much
     assert (torch.stack([g.values[l, h] for l, h in senders]) <= g.meta["clean_metric"] + 0.5).all()
@@ -309,21 +315,7 @@ def test_gemma3_path_patching_to_logits_matches_hand_written(gemma, gemma_ioi, g
     assert torch.isfinite(torch.stack([g.values[l, h] for l, h in senders])).all()
     assert torch.isnan(g.values).sum() == L * 4 - len(senders)
     layer, head = senders[0]
-    _, cc = model.run_with_cache(ioi.clean)
-    _, kc = model.run_with_cache(ioi.corrupt)
-
-    def frozen(name):
-        return lambda act, *, hook: cc[name]
-
-    def sender(act, *, hook):
-        act = cc[hook.name].clone()
-        act[:, :, head] = kc[hook.name][:, :, head]
-        return act
-
-    fwd = [(f"blocks.{l}.attn.hook_z", sender if l == layer else frozen(f"blocks.{l}.attn.hook_z")) for l in range(L)]
-    fwd += [(f"blocks.{l}.hook_mlp_out", frozen(f"blocks.{l}.hook_mlp_out")) for l in range(L)]
-    with torch.no_grad(), hooks(model, fwd):
-        want = float(for_task(ioi)(model(ioi.clean)))
+    want = _path_patch_by_hand(model, ioi, layer, head)
     assert g.values[layer, head].item() == pytest.approx(want, abs=1e-3)
     # the top head's direct path carries most of the answer (measured: clean 4.85 -> 0.47)
     assert g.meta["clean_metric"] - g.values[layer, head] > 2.0
