@@ -114,13 +114,14 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 # `interp repro NAME`: the studies in interp.studies (imported only when a repro runs)
-REPROS = ("cores", "heuristic-core", "illusions", "steering")
+REPROS = ("cores", "extractive", "heuristic-core", "illusions", "specialization", "steering")
 
 
 def _repro(args: argparse.Namespace) -> int:
-    from interp.studies import STUDIES
+    from interp.studies import study
 
-    result = STUDIES[args.name].repro(progress=not args.json)
+    kw = {"models": args.model} if args.model else {}  # each study's own defaults otherwise
+    result = study(args.name).repro(progress=not args.json, **kw)
     if args.json:
         print(json.dumps(result))
     else:
@@ -190,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_sweep)
     p = sub.add_parser("repro", help="reproduce a paper's study at toy scale on the zoo")
     p.add_argument("name", choices=sorted(REPROS), help="which study")
+    p.add_argument("--model", action="append", default=None, metavar="SPEC",
+                   help="run the study on this model (zoo:NAME, a real model name, a local HF dir); "
+                        "repeat for several; default: the study's own models")
     p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
     p.set_defaults(func=_repro)
     p = sub.add_parser("steer", help="generate with an axis added, flipped, removed or set (interp.steering)")

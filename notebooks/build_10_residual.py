@@ -1,4 +1,4 @@
-"""Writes notebooks/08_residual.ipynb (run: .venv/bin/python notebooks/build_08_residual.py)."""
+"""Writes notebooks/10_residual.ipynb (run: .venv/bin/python notebooks/build_10_residual.py)."""
 
 from pathlib import Path
 
@@ -54,4 +54,4 @@ cells = [
 ]
 
 nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-nbformat.write(nb, Path(__file__).with_name("08_residual.ipynb"))
+nbformat.write(nb, Path(__file__).with_name("10_residual.ipynb"))
