@@ -29,12 +29,15 @@ demo: setup
 	$(VENV)/bin/interp demo --out out
 	@echo "open out/report.html"
 
-# One torch thread: the test models are tiny, where extra threads only add synchronisation.
+# One torch thread per test process: the test models are tiny, where extra threads only add
+# synchronisation. Test files are spread over WORKERS processes (pytest-xdist; a file stays in one
+# process, so its fixtures load once); WORKERS=0 runs them in this process.
+WORKERS ?= 2
 test: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadfile
 
 test-fast: setup
-	OMP_NUM_THREADS=1 $(PY) -m pytest -m "not slow and not real"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow and not real"
 
 # Gemma-3-270M as well (a 253 MB GGUF, about a minute to dequantize on first use)
 test-real: setup

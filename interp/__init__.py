@@ -20,7 +20,10 @@ from interp.model import FAMILIES, build_tiny, describe, load
 from interp.results import Grid
 from interp.tasks.base import Task
 
-_LAZY = ("patching", "lens", "masking", "simplify", "cores", "steering", "studies", "sweep", "zoo", "train")
+_LAZY = (
+    "patching", "lens", "circuits", "masking", "simplify", "cores", "steering", "probing", "grafting", "studies", "sweep",
+    "zoo", "train",
+)
 
 
 def __getattr__(name: str):

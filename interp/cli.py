@@ -1,10 +1,11 @@
-"""The `interp` command: info, demo (more subcommands arrive with later capabilities)."""
+"""The `interp` command: info, demo, zoo, sweep, repro, steer, circuit."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from interp.errors import InterpError
@@ -114,7 +115,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 # `interp repro NAME`: the studies in interp.studies (imported only when a repro runs)
-REPROS = ("cores", "extractive", "heuristic-core", "illusions", "specialization", "steering")
+REPROS = ("circuits", "cores", "extractive", "heuristic-core", "illusions", "specialization", "steering")
 
 
 def _repro(args: argparse.Namespace) -> int:
@@ -146,6 +147,40 @@ def _steer(args: argparse.Namespace) -> int:
     print(f"{args.mode}({args.strength:g}) at {axis.site}")
     for row in rows:
         print(f"{row['prompt']}\n  unsteered: {row['unsteered']}\n  steered:   {row['steered']}")
+    return 0
+
+
+def _circuit(args: argparse.Namespace) -> int:
+    from interp.circuit_view import circuit_html
+    from interp.circuits import faithfulness_curve
+    from interp.circuits.pipeline import scores, summary, task_for, with_example
+    from interp.model import load
+    from interp.storage import write_text_atomic
+
+    if args.steps < 1:
+        raise InterpError(f"--steps {args.steps} must be >= 1")
+    if args.n < 2:
+        raise InterpError(f"--n {args.n} must be >= 2 examples")
+    out, progress = Path(args.out), not args.json
+    model = load(args.model)
+    task = task_for(model, args.task, n=args.n, seed=args.seed)
+    graph = scores(model, task, args.method, steps=args.steps, progress=progress)
+    graph = with_example(model, task, replace(graph, meta={**graph.meta, "model": args.model}))
+    curve = faithfulness_curve(model, task, graph, ablation=args.ablation, order=args.order, progress=progress)
+    digest, page = summary(graph, curve), circuit_html(graph)  # everything computed before anything is written
+    graph.save(out / "graph.safetensors")
+    curve.save(out / "faithfulness.safetensors")
+    write_text_atomic(out / "faithfulness.json", json.dumps(digest, indent=2))
+    write_text_atomic(out / "circuit.html", page)
+    if args.json:
+        print(json.dumps({**digest, "out": str(out)}))
+        return 0
+    f = digest["faithfulness"]
+    print(f"{args.method} on {args.model}, {task.name}/{task.split} n={len(task)}: clean {graph.meta['clean_metric']:.4g}, "
+          f"corrupt {graph.meta['corrupt_metric']:.4g}; {len(graph)} edges")
+    print(f"top heads: {', '.join(h['head'] for h in digest['top_heads'][:5])}")
+    print(f"{args.ablation} ablation: 80% recovered with {f['edges_80']} edges, 90% with {f['edges_90']}")
+    print(f"wrote {out}/graph.safetensors, faithfulness.safetensors, faithfulness.json, circuit.html")
     return 0
 
 
@@ -196,6 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeat for several; default: the study's own models")
     p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
     p.set_defaults(func=_repro)
+    p = sub.add_parser("circuit", help="edge scores (EAP, EAP-IG, exact), faithfulness curve and circuit.html")
+    p.add_argument("model", help="zoo:NAME, a real model name, or a local HF directory")
+    p.add_argument("--task", default="ioi", choices=["ioi", "sva"],
+                   help="the zoo's own task for zoo models, interp.tasks.bpe's for real ones (default ioi)")
+    p.add_argument("--method", default="eap-ig", choices=["eap", "eap-ig", "exact"])
+    p.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps (default 5)")
+    p.add_argument("--ablation", default="mean", choices=["mean", "resample"],
+                   help="what an edge outside the circuit carries (default mean)")
+    p.add_argument("--order", default="top", choices=["top", "greedy"], help="how circuits grow (default top)")
+    p.add_argument("--n", type=int, default=64, help="examples (default 64)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
+    p.set_defaults(func=_circuit)
     p = sub.add_parser("steer", help="generate with an axis added, flipped, removed or set (interp.steering)")
     p.add_argument("prompts", nargs="+", help="one or more prompts")
     p.add_argument("--model", required=True, help="hub name, local HF directory, or zoo:NAME")

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from interp.model import FAMILIES, ZOO_DIR, build_tiny, describe, load
 from interp.tasks import english, make
 
-__all__ = ["run_demo", "section_models", "section_patching", "section_zoo"]
+__all__ = ["run_demo", "section_circuit", "section_models", "section_patching", "section_zoo"]
 
 
 def _models(workdir: Path) -> dict[str, str]:
@@ -111,11 +111,22 @@ def section_patching(workdir: Path) -> list[Any]:
     ]
 
 
+def section_circuit(workdir: Path) -> list[Any]:
+    """IOI edge attribution (EAP-IG) on the zoo's LLaMA (GQA: k/v edges end on KV heads): the
+    interactive circuit, and the faithfulness curve of its top edges (interp.circuits.study)."""
+    from interp.circuits.study import demo_section
+
+    if not (ZOO_DIR / "lm-llama" / "config.json").exists():
+        return []
+    return demo_section(workdir)
+
+
 def _sections() -> list[Callable[[Path], list[Any]]]:
-    """The demo's sections in order: the zoo, one model per family, patching, then each study's."""
+    """The demo's sections in order: the zoo, one model per family, patching, circuits, then each study's."""
     from interp.studies import STUDIES
 
-    return [section_zoo, section_models, section_patching, *(study.demo_section for study in STUDIES.values())]
+    return [section_zoo, section_models, section_patching, section_circuit,
+            *(study.demo_section for study in STUDIES.values())]
 
 
 def run_demo(out: Path) -> Path:

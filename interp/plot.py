@@ -9,7 +9,8 @@ reads better: 1 ordered axis -> a line; an ordered axis and a small (<= 8) categ
 (`CATEGORICAL`, e.g. split / metric / model, or a name outside the usual vocabulary) -> one line
 per entry. A Grid of 4 or more axes must be reduced first (`grid.mean(...)`, `grid.sel(...)`).
 Axis titles and tick labels come from the Grid itself, so a new capability draws with no edit here.
-A pandas DataFrame is drawn as a table.
+A pandas DataFrame is drawn as a table. A circuits `Graph` is drawn as the interactive circuit
+(`interp.circuit_view`: HTML, shown by Jupyter and embedded by the report), not as a plotly figure.
 
 In Jupyter, `show(result)` displays a figure as one output holding both the interactive plotly
 figure and a static PNG (`png(...)`: plotly's export through kaleido and a headless Chromium), so a
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import html
 import json
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +35,7 @@ from interp.errors import InterpError
 from interp.results import CHARTS, Grid
 from interp.tensors import AXES
 
-__all__ = ["CATEGORICAL", "ORDERED", "Widget", "attention", "circuitsvis_bundle", "circuitsvis_init", "png", "render", "show"]
+__all__ = ["CATEGORICAL", "ORDERED", "Widget", "as_circuit", "attention", "circuitsvis_bundle", "circuitsvis_init", "png", "render", "show"]
 
 # axes whose entries have an order worth a line (x axis of an automatic line chart)
 ORDERED = ("layer", "pos", "step", "rank", "k", "strength")
@@ -68,9 +70,13 @@ def _color(values: torch.Tensor) -> dict[str, Any]:
 
 
 def render(result: Any):
-    """A plotly Figure for any interp result (a Grid, anything with `to_grid()`, a DataFrame)."""
+    """A plotly Figure for any interp result (a Grid, anything with `to_grid()`, a DataFrame);
+    for a circuits `Graph`, its interactive `CircuitView` (see `as_circuit`)."""
     import pandas as pd
 
+    circuit = as_circuit(result)
+    if circuit is not None:
+        return circuit
     if isinstance(result, pd.DataFrame):
         return _table(result)
     if hasattr(result, "to_grid"):
@@ -79,6 +85,19 @@ def render(result: Any):
             raise TypeError(f"{type(result).__name__}.to_grid() returned {type(grid).__name__}, not a Grid")
         return _grid(grid)
     raise TypeError(f"no renderer for {type(result).__name__}; expected an interp result (a Grid or one with to_grid())")
+
+
+def as_circuit(obj: Any):
+    """The interactive circuit view (`interp.circuit_view.CircuitView`) of a circuits `Graph`, a
+    `CircuitView` as it is, None for anything else. Nothing is imported for other objects: if
+    `interp.circuits.graph` was never imported, `obj` cannot be a Graph."""
+    graph = sys.modules.get("interp.circuits.graph")
+    if graph is None or not isinstance(obj, graph.Graph):
+        views = sys.modules.get("interp.circuit_view")
+        return obj if views is not None and isinstance(obj, views.CircuitView) else None
+    from interp.circuit_view import view
+
+    return view(obj)
 
 
 def _table(frame) -> Any:
@@ -399,7 +418,12 @@ def attention(
 def _figure(obj: Any):
     import plotly.graph_objects as go
 
-    return obj if isinstance(obj, go.Figure) else render(obj)
+    if isinstance(obj, go.Figure):
+        return obj
+    circuit = as_circuit(obj)
+    if circuit is not None:  # the circuit itself is interactive HTML: its static image is the top-edges chart
+        return _grid(circuit.graph.to_grid())
+    return render(obj)
 
 
 _KALEIDO = {"server": False}
@@ -421,7 +445,8 @@ def _kaleido_server() -> None:
 
 def png(obj: Any, path: str | Path | None = None, *, width: int | None = None, height: int | None = None,
         scale: float = 1.0) -> bytes:
-    """A PNG of a plotly Figure or of any result `render` draws (written to `path` if given).
+    """A PNG of a plotly Figure or of any result `render` draws (written to `path` if given); for a
+    circuits `Graph` (whose view is interactive HTML), the bar chart of its top edges (`to_grid()`).
 
     Uses plotly's static export: the `kaleido` package (in the `dev` extras) driving a headless
     Chrome or Chromium (Debian: `apt-get install chromium`; kaleido finds /usr/bin/chromium, or set

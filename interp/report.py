@@ -1,9 +1,10 @@
 """A self-contained HTML report from a list of results: works offline, scripts embedded once.
 
 Items may be: a Grid or any result `plot.render` knows (drawn as a plotly figure), a plotly
-Figure, a `plot.Widget` (circuitsvis), a pandas DataFrame (a table), a `Heading`, or a str (a
-paragraph). Every piece of text is HTML-escaped; the plotly and circuitsvis bundles are inlined
-once at the top, whatever the number of figures.
+Figure, a `plot.Widget` (circuitsvis), a circuits `Graph` or `CircuitView` (the interactive
+circuit), a pandas DataFrame (a table), a `Heading`, or a str (a paragraph). Every piece of text
+is HTML-escaped; the plotly and circuitsvis bundles are inlined once at the top, whatever the
+number of figures.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def _item_html(item: Any) -> tuple[str, str | None]:
         return item.html(bundle=False), "circuitsvis"
     if isinstance(item, go.Figure):
         return _figure_html(item), "plotly"
+    circuit = plot.as_circuit(item)
+    if circuit is not None:
+        return circuit.html(bundle=False), "circuitsvis" if circuit.needs_circuitsvis else None
     if not hasattr(item, "to_grid") and hasattr(item, "to_dataframe"):  # a table-only result
         return _table_html(item.to_dataframe()), None
     return _figure_html(plot.render(item)), "plotly"

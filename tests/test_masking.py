@@ -197,6 +197,26 @@ def test_core_and_overlap(gpt2):
         masking.heuristic_core([])
 
 
+def test_mean_over_tokens_is_one_mean_per_head_everywhere(gpt2, task):
+    """mean_over="tokens" (the official Heuristic-Core reference): each head's mean over every
+    token of the reference rows, hand-computed from the cache, at every position."""
+    names = masking.sites(HeadMask.full(gpt2))
+    refs = masking.references(gpt2, names, "mean", task.clean, "tokens")
+    _, acts = run.cache(gpt2, task.clean, names)
+    for n in names:
+        want = acts[n].flatten(0, 1).mean(0)  # [head, d_head] or [d_model]: no padding in random rows
+        got = refs[n].like(acts[n][:, :3], start=2)  # any window, even past the reference width
+        assert torch.allclose(got, want.expand_as(got), atol=1e-5)
+    per_pos = masking.references(gpt2, names, "mean", task.clean, "position")[names[0]]
+    assert not torch.allclose(per_pos.values[0], per_pos.values[1])  # the default differs per position
+    whole = HeadMask.full(gpt2, 0.0)
+    with torch.no_grad(), masking.apply(gpt2, whole, reference=task.clean, mean_over="tokens"):
+        out = gpt2(task.clean)
+    assert torch.allclose(out[:, 0], out[:, 0][:1].expand_as(out[:, 0]), atol=1e-4)  # the input no longer matters
+    with pytest.raises(Exception, match="mean_over"):  # InterpError; under the tests' type checks, theirs first
+        masking.references(gpt2, names, "mean", task.clean, "rows")
+
+
 # ---------------------------------------------------------------------------- learned masks
 
 
@@ -206,6 +226,69 @@ def test_learn_mask_reaches_target_sparsity(gpt2, task):
     assert abs(zeros - 0.5 * mask.n_units) <= 1
     assert set(mask.units().unique().tolist()) <= {0.0, 1.0}
     assert mask.meta["seed"] == 0 and len(mask.meta["log_alpha"]) == mask.n_units
+
+
+def test_learn_mask_official_options(gpt2, task):
+    """The official recipe's options run, record themselves, and push the sampled gates' sparsity
+    to the target (their Lagrangian's quantity); bad option names raise."""
+    opts = dict(mean_over="tokens", sparsity_from="sampled", optimizer="adamw", lr=0.1, reg_lr=1.0, warmup=0.5,
+                weight_decay=1.0)
+    mask = masking.learn_mask(gpt2, task, sparsity=0.5, seed=0, steps=120, batch_size=16, progress=False, **opts)
+    assert {k: mask.meta[k] for k in ("mean_over", "sparsity_from", "optimizer")} == {
+        "mean_over": "tokens", "sparsity_from": "sampled", "optimizer": "adamw"}
+    late = [h["sampled_sparsity"] for h in mask.meta["history"] if h["step"] >= 90]
+    assert sum(late) / len(late) > 0.3  # the gates left their saturated start
+    assert 0 < mask.sparsity <= 0.5 + 1e-6 and set(mask.units().unique().tolist()) <= {0.0, 1.0}
+    for bad, match in ((dict(sparsity_from="mean"), "sparsity_from"), (dict(optimizer="sgd"), "optimizer"),
+                       (dict(warmup=1.5), "warmup")):
+        with pytest.raises(Exception, match=match):  # InterpError, or the tests' type check of the Literal
+            masking.learn_mask(gpt2, task, sparsity=0.5, steps=1, **bad)
+
+
+def test_learn_mask_adamw_decays_gates_not_multipliers(gpt2, task, monkeypatch):
+    """The official recipe's AdamW decays log_alpha only: the Lagrange multipliers' group has no
+    weight decay (as the official code), so with zero gradient a step leaves them unchanged (the old
+    group inherited the decay: multipliers times 1 - reg_lr * weight_decay per step, -3.65 for the
+    recipe at 20 steps). A decay that flips log_alpha's sign (lr * weight_decay >= 1) raises."""
+    made = []
+
+    class Recording(torch.optim.AdamW):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+    masking.learn_mask(gpt2, task, sparsity=0.5, steps=3, batch_size=8, progress=False, mean_over="tokens",
+                       sparsity_from="sampled", optimizer="adamw", lr=0.1, reg_lr=1.0, warmup=0.0, weight_decay=0.5)
+    (opt,) = made
+    gates, multipliers = opt.param_groups
+    assert gates["weight_decay"] == 0.5 and multipliers["weight_decay"] == 0.0 and multipliers["maximize"]
+    opt.state.clear()  # no moments: a zero-gradient step is the decay alone
+    for g in opt.param_groups:
+        g["lr"] = 1.0
+        for p in g["params"]:
+            p.data.fill_(2.0)
+            p.grad = torch.zeros_like(p)
+    opt.step()
+    assert all(float(p.detach()) == 2.0 for p in multipliers["params"])
+    assert torch.allclose(gates["params"][0], torch.full_like(gates["params"][0], 1.0))  # 2 * (1 - 1.0 * 0.5)
+    with pytest.raises(InterpError, match="weight_decay"):
+        masking.learn_mask(gpt2, task, sparsity=0.5, steps=5, optimizer="adamw", lr=0.1, weight_decay=10.0, progress=False)
+
+
+def test_random_like_and_core_baseline(gpt2):
+    """random_like keeps each layer's kept-head count; a core of identical masks is far above
+    chance, a core of random masks with the same per-layer counts is not."""
+    g = torch.Generator().manual_seed(0)
+    a = HeadMask.keeping(gpt2, [(0, 1), (0, 2), (1, 3)], mlps=[1])
+    r = masking.random_like(a, g)
+    assert r.heads.sum(1).tolist() == a.heads.sum(1).tolist() and r.mlps.sum() == 1
+    same = masking.core_baseline([a] * 6, draws=300)
+    assert same["observed_units"] == 4 and same["p_value"] < 0.01 and same["percentile"] > 0.99
+    chance = masking.core_baseline([masking.random_like(a, g) for _ in range(6)], draws=300, seed=1)
+    assert chance["p_value"] > 0.05 and chance["null_q05"] <= chance["observed_units"] <= chance["null_q95"]
+    with pytest.raises(InterpError, match="at least one"):
+        masking.core_baseline([])
 
 
 def test_learn_mask_forced_units(llama):
@@ -274,7 +357,9 @@ def test_study_round_trip_and_scatter(tmp_path, gpt2, task):
     assert isinstance(back, masking.Study) and back.to_json() == result.to_json()
     grid = result.to_grid()
     assert grid.meta["chart"] == "scatter" and grid.meta["highlight"] == ["full"]
-    assert grid.axes == ("model", "metric") and grid.shape == (3, 3) and grid.labels[1][2] == "sparsity"
+    # full, two masks, then the core of the two kept alone
+    assert grid.axes == ("model", "metric") and grid.shape == (4, 3) and grid.labels[1][2] == "sparsity"
+    assert grid.labels[0][-1] == "core s=0.5" and set(result.to_json()["core_accuracy"]) == {"0.5"}
     assert grid.values[:, 0].tolist() == pytest.approx(result.accuracy("id"))
     assert grid.values[:, 1].tolist() == pytest.approx(result.accuracy("ood"))
 

@@ -358,22 +358,20 @@ def test_cli_steer(lms, tmp_path, capsys):
 
 def test_study_reports_every_rate(lms):
     out = study.study(lms["llama"], n_prefixes=6, n_contrast=48, max_new_tokens=4)
-    for key in ("flip_rate", "control_flip_rate", "grammatical_rate", "core_flip_rate", "unsteered_agree_rate"):
+    for key in ("core_flip_rate", "diff_means_flip_rate", "control_flip_rate", "random_flip_control_rate",
+                "core_grammatical_rate", "unsteered_agree_rate"):
         assert 0.0 <= out[key] <= 1.0
     assert out["n"] == 6 and out["site"].startswith("blocks.")
 
 
-def test_core_axis_falls_back_to_pca_and_says_why(lms, monkeypatch):
-    import interp.cores
+def test_core_axis_is_the_ace_core(lms):
+    from interp import cores
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("not today")
-
-    monkeypatch.setattr(interp.cores, "extract", broken)
-    sg, pl = study.sva_contrast(32, set(), seed=0)
-    axis, source = study.core_axis(lms["gpt2"], "blocks.1.hook_resid_pre", sg, pl, set())
-    assert "not today" in source and axis.meta["method"] == "pca_1d"
-    assert float(axis.direction.norm()) == pytest.approx(1.0, abs=1e-5)
+    axis = study.core_axis(lms["gpt2"], "blocks.1.hook_resid_pre", set())
+    task = english.sva(256, split="sva_id", seed=11)
+    core = cores.extract(lms["gpt2"], task, site="blocks.1.hook_resid_pre", k=1, method="ace")
+    torch.testing.assert_close(axis.direction, core.basis[:, 0] / core.basis[:, 0].norm())
+    assert axis.meta["method"] == "core:ace" and float(axis.direction.norm()) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_last_token_activations_match_run_with_cache(lms):

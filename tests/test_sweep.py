@@ -31,6 +31,7 @@ split = "sva_id"
 n = 4
 site = "resid_pre"
 by_pos = true
+positions = "named"
 
 [[experiment]]
 name = "paths"

@@ -116,6 +116,25 @@ def test_dyck_splits_are_disjoint():
     assert min(dyck.dyck(64, split="unseen_depth", **DYCK).meta["depth"]) > 4
 
 
+def test_dyck_unseen_struct_draws_only_held_out_families():
+    """No family (depth, peaks) of a training skeleton appears in unseen_struct, at the zoo's
+    settings and at the small ones; held-out families cover every depth, as seen ones do."""
+    for kw in (DYCK, {}):
+        pool = dyck.pool(**{k: v for k, v in kw.items() if k != "k"})
+        train_families = {dyck.family(s) for s in pool}
+        unseen = {dyck.skeleton(r) for r in dyck.sequences(400, split="unseen_struct", seed=3, **kw)}
+        unseen_families = {dyck.family(s) for s in unseen}
+        assert unseen_families and not unseen_families & train_families
+        assert all(dyck.held_out_family(f) for f in unseen_families)
+        assert not any(dyck.held_out_family(f) for f in train_families)
+        m = kw.get("m", 10)
+        assert {d for d, _ in unseen_families} == {d for d, _ in train_families} == set(range(1, m + 1))
+    assert dyck.family("(()(()))") == (3, 2) and dyck.family("()()()") == (1, 3)
+    assert dyck.held_out_family((1, 3)) and not dyck.held_out_family((3, 2))
+    with pytest.raises(ValueError, match="non-empty string"):
+        dyck.family("(x)")
+
+
 def test_dyck_sequences_and_closing_targets():
     rows = dyck.sequences(50, split="train", **DYCK)
     assert all(r[0] == BOS_ID and r[-1] == tasks.EOS_ID and len(r) <= 22 for r in rows)
@@ -231,6 +250,33 @@ def test_sva_splits_disjoint_and_held_out():
     phrases += english.prefixes(200)
     starts = {" ".join(s.split()[:n]) for s in corpus for n in (5, 6, 7)}
     assert not set(phrases) & starts
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_sva_id_is_a_third_each_and_the_nearest_noun_baseline(masked):
+    """sva_id: a third each of none / PP / RC, as documented; the nearest-noun heuristic is right on
+    the attractor-free rows and the matching attractors (0.85 of them), and never on mismatch."""
+    from collections import Counter
+
+    t = tasks.make("sva", split="sva_id", n=512, seed=2, masked=masked)
+    assert Counter(t.meta["kind"]) == {"none": 171, "pp": 171, "rc": 170}
+    agrees = english.nearest_noun_agrees(t)
+    kinds = t.meta["kind"]
+    assert all(a for a, k in zip(agrees.tolist(), kinds) if k == "none")
+    attractor_rows = [a for a, k in zip(agrees.tolist(), kinds) if k != "none"]
+    assert abs(sum(attractor_rows) / len(attractor_rows) - 0.85) < 0.06
+    assert 0.85 < float(agrees.float().mean()) < 0.95  # not the ~0.98 of a split with few attractors
+    mismatch = tasks.make("sva", split="sva_attractor_mismatch", n=256, seed=2, masked=masked)
+    assert Counter(mismatch.meta["kind"]) == {"pp": 128, "rc": 128}
+    assert not english.nearest_noun_agrees(mismatch).any()
+    # by hand: the last noun of the subject phrase (the words before the verb) against the head noun
+    for text, kind, agree in zip(t.text, kinds, agrees.tolist()):
+        subject = text.split(" [MASK]")[0].split()
+        nouns = [w for w in subject if english.noun_number(w)]
+        assert agree == (english.noun_number(nouns[-1]) == english.noun_number(subject[1]))
+        assert (len(nouns) == 1) == (kind == "none")
+    with pytest.raises(ValueError, match="sva task"):
+        english.nearest_noun_agrees(english.ioi(4))
 
 
 def test_masked_sva_marks_the_verb():

@@ -10,7 +10,7 @@ from interp.model import hf_config, hf_model_class
 from interp.tasks import english
 from interp.train import RECIPES, grokking_steps, train
 
-KINDS = ["lm-gpt2", "lm-llama", "lm-gemma2", "lm-qwen2", "mlm-bert", "dyck", "modadd", "markov-s0"]
+KINDS = ["lm-gpt2", "lm-llama", "lm-gemma2", "lm-qwen2", "mlm-bert", "dyck", "modadd", "markov-s0", "multidomain"]
 
 
 @pytest.mark.slow

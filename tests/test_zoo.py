@@ -13,6 +13,7 @@ REQUIRED = {
     "dyck": [("seen_struct", 0.95, "min")],
     "modular": [("test", 0.99, "min")],
     "markov": [("kl_to_true", 0.01, "max")],
+    "domains": [("counting_up", 0.9, "min"), ("grammar_agree", 0.9, "min"), ("facts_capital", 0.9, "min")],
 }
 NAMES = [e["name"] for e in zoo.entries()]
 

@@ -75,7 +75,7 @@ def activations(
     out = []
     for start in range(0, len(task), batch_size):
         part = task[start : start + batch_size].to(_device(model))
-        _, acts = run.cache(model, part.clean, [site])
+        _, acts = run.cache(model, part.clean, [site], answer_pos=part.answer_pos)  # unembed at answer_pos only
         act = acts[site]
         _check_width(act, site)
         out.append(act[_rows(len(part)).to(act.device), part.answer_pos.to(act.device)].float().cpu())
@@ -103,7 +103,7 @@ def gradients(
     for start in range(0, len(task), batch_size):
         part = task[start : start + batch_size].to(_device(model))
         with torch.enable_grad():
-            logits, found = run.with_grad(model, part.clean, [site])
+            logits, found = run.with_grad(model, part.clean, [site], answer_pos=part.answer_pos)  # outputs read only there
             act = found[site]
             _check_width(act, site)
             outs = _outputs(logits, part, output, cands)  # [b, c]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Literal, Mapping, Sequence
 
 import torch
 from jaxtyping import Float
@@ -16,15 +16,17 @@ from interp.hooks import check_head, check_layer
 from interp.interventions import Ablation, Mask, Reference
 from interp.metrics import for_task
 from interp.results import Grid, result
-from interp.sites import hook_name
+from interp.sites import hook_name, position_axis
 from interp.tasks.base import Task
 
 __all__ = [
     "HeadMask", "ablation_scan", "apply", "check_mask", "check_task", "default_reference", "head_site",
-    "interventions", "mlp_site", "sites",
+    "interventions", "mlp_site", "references", "sites",
 ]
 
 METRICS = ("logit_diff", "prob", "accuracy", "binary_accuracy")
+MeanOver = Literal["position", "tokens"]
+MEAN_OVER = ("position", "tokens")
 
 
 def head_site(layer: int) -> str:
@@ -191,6 +193,29 @@ def check_task(task: Task) -> None:
         )
 
 
+def references(
+    model, names: Sequence[str], ablation: Ablation, tokens: Tensor | None, mean_over: MeanOver = "position"
+) -> dict[str, Reference]:
+    """`interp.run.reference` for masking. Mean ablation, `mean_over`:
+
+    position  the mean of each position over the reference rows (positions past their width use
+              the mean over all of them), as `interp.run.reference` builds it;
+    tokens    one mean per head (per MLP) over every non-padding token of the reference rows,
+              used at every position: the official Heuristic-Core code (`PertSelfAttention`
+              accumulates `context_layer.sum(dim=2).sum(dim=0)` over batch and positions).
+    """
+    if mean_over not in MEAN_OVER:
+        raise InterpError(f"mean_over={mean_over!r} is not one of {MEAN_OVER}")
+    refs = run.reference(model, names, ablation, tokens)
+    if ablation != "mean" or mean_over == "position":
+        return refs
+    out = {}
+    for n, r in refs.items():
+        ax = position_axis(n) - 1  # mean values have no batch axis
+        out[n] = Reference("mean", r.pooled.unsqueeze(ax).expand_as(r.values).contiguous(), r.pooled)
+    return out
+
+
 def default_reference(task: Task, ablation: Ablation, reference: Tensor | None) -> Tensor | None:
     """`reference` if given, else the task's clean rows (mean) or corrupt rows (resample); zero: none."""
     if reference is not None or ablation == "zero":
@@ -204,15 +229,17 @@ def default_reference(task: Task, ablation: Ablation, reference: Tensor | None) 
 
 @contextmanager
 def apply(
-    model, mask: HeadMask, *, ablation: Ablation = "mean", reference: Tensor | None = None
+    model, mask: HeadMask, *, ablation: Ablation = "mean", reference: Tensor | None = None,
+    mean_over: MeanOver = "position",
 ) -> Iterator[object]:
     """Run the body with `mask` applied (through `interp.run.intervened`); removed on exit, even on error.
 
-    mean: `reference` is token rows [batch, pos] whose activations are averaged; resample:
-    `reference` is token rows of the same shape as the input the body runs; zero: no reference.
+    mean: `reference` is token rows [batch, pos] whose activations are averaged (per position or
+    over all tokens, `mean_over`, see `references`); resample: `reference` is token rows of the
+    same shape as the input the body runs; zero: no reference.
     """
     check_mask(model, mask)
-    refs = run.reference(model, sites(mask), ablation, reference)
+    refs = references(model, sites(mask), ablation, reference, mean_over)
     with run.intervened(model, interventions(mask, refs)):
         yield model
 
@@ -224,6 +251,7 @@ def ablation_scan(
     ablation: Ablation = "mean",
     reference: Tensor | None = None,
     mlps: bool = True,
+    mean_over: MeanOver = "position",
     variants_per_forward: int | None = None,
     progress: bool = True,
 ) -> Grid:
@@ -231,13 +259,14 @@ def ablation_scan(
 
     Every single-unit ablation is one variant of `interp.run.evaluate` (batched forwards, resumed
     at the unit's layer on causal decoders). The reference defaults to the task's clean rows
-    (mean) or corrupt rows (resample). `meta["baseline"]` is the unablated metric.
+    (mean) or corrupt rows (resample); `mean_over`: see `references`. `meta["baseline"]` is the
+    unablated metric.
     """
     check_task(task)
     metric = for_task(task)
     reference = default_reference(task, ablation, reference)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    refs = run.reference(model, sites(HeadMask.full(model, mlps=mlps)), ablation, reference)
+    refs = references(model, sites(HeadMask.full(model, mlps=mlps)), ablation, reference, mean_over)
     variants: list[list[Mask]] = [[]]  # the base run first
     for layer in range(L):
         for head in range(H):
@@ -248,5 +277,5 @@ def ablation_scan(
                           answer_pos=task.answer_pos, progress=progress, desc="ablation scan")
     units = tuple(f"h{h}" for h in range(H)) + (("mlp",) if mlps else ())
     meta = {"task": f"{task.name}/{task.split}", "metric": task.metric, "method": f"{ablation}-ablate one unit",
-            "ablation": ablation, "baseline": float(values[0]), "chart": "heatmap"}
+            "ablation": ablation, "mean_over": mean_over, "baseline": float(values[0]), "chart": "heatmap"}
     return Grid(values[1:].view(L, H + mlps), ("layer", "unit"), (tuple(range(L)), units), meta)

@@ -15,14 +15,14 @@ from interp import run
 from interp.errors import InterpError
 from interp.interventions import Ablation
 from interp.masking.learn import learn_mask, subnetworks
-from interp.masking.mask import HeadMask, check_mask, check_task, interventions, sites
+from interp.masking.mask import HeadMask, MeanOver, check_mask, check_task, interventions, references, sites
 from interp.metrics import binary_accuracy, for_task
 from interp.results import Grid, result
 from interp.tasks.base import Task
 
 __all__ = [
-    "EffectiveSize", "Study", "effective_size", "evaluate", "heuristic_core", "jaccard", "overlap",
-    "smallest_within", "study",
+    "EffectiveSize", "Study", "core_baseline", "effective_size", "evaluate", "heuristic_core", "jaccard", "overlap",
+    "random_like", "smallest_within", "study",
 ]
 
 
@@ -37,6 +37,45 @@ def heuristic_core(masks: Sequence[HeadMask]) -> HeadMask:
     heads = torch.stack([m.heads for m in bins]).amin(0)
     mlps = None if bins[0].mlps is None else torch.stack([m.mlps for m in bins]).amin(0)
     return HeadMask(heads, mlps, {"name": "core", "of": [m.name for m in masks]})
+
+
+def random_like(mask: HeadMask, generator: torch.Generator) -> HeadMask:
+    """A random binary mask with `mask`'s kept-head count in every layer (and, when MLPs are
+    masked, its number of kept MLPs, on random layers): the null model for a core."""
+    m = mask.binarize()
+    heads = torch.zeros_like(m.heads)
+    for layer, kept in enumerate(m.heads.sum(1).long().tolist()):
+        heads[layer, torch.randperm(heads.shape[1], generator=generator)[:kept]] = 1.0
+    mlps = None
+    if m.mlps is not None:
+        mlps = torch.zeros_like(m.mlps)
+        mlps[torch.randperm(mlps.numel(), generator=generator)[: int(m.mlps.sum())]] = 1.0
+    return HeadMask(heads, mlps, {"name": "random", "like": m.name})
+
+
+def core_baseline(masks: Sequence[HeadMask], *, draws: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The observed core size of `masks` against chance: the core of random masks with the same
+    per-layer kept-head counts (`random_like`, one per mask, `draws` times).
+
+    Returns observed heads/units in the core, the null distribution's mean and 5/50/95 %
+    quantiles of core units, `p_value` = P(null core >= observed) (with the +1 correction) and
+    `percentile` = P(null core < observed). A core is larger than chance when p_value is small."""
+    if not masks:
+        raise InterpError("core_baseline needs at least one mask")
+    if draws < 1:
+        raise InterpError(f"draws={draws} must be >= 1")
+    core = heuristic_core(masks)
+    observed_heads = int(core.heads.sum())
+    observed = int(core.units().sum())
+    gen = torch.Generator().manual_seed(seed)
+    null = torch.tensor([float(heuristic_core([random_like(m, gen) for m in masks]).units().sum()) for _ in range(draws)])
+    q = torch.quantile(null, torch.tensor([0.05, 0.5, 0.95])).tolist()
+    return {
+        "masks": len(masks), "observed_heads": observed_heads, "observed_units": observed, "draws": draws,
+        "null_mean": float(null.mean()), "null_q05": q[0], "null_median": q[1], "null_q95": q[2],
+        "p_value": float((1 + (null >= observed).sum()) / (1 + draws)),
+        "percentile": float((null < observed).float().mean()),
+    }
 
 
 def jaccard(a: Tensor, b: Tensor) -> float:
@@ -83,6 +122,7 @@ def evaluate(
     *,
     ablation: Ablation = "mean",
     reference: Tensor | None = None,
+    mean_over: MeanOver = "position",
     variants_per_forward: int | None = None,
     progress: bool = True,
 ) -> Grid:
@@ -92,7 +132,7 @@ def evaluate(
     Per split, every mask is one variant of `interp.run.evaluate` (batched forwards; both metrics
     from one pass). Mean ablation uses one reference
     for every split: `reference` token rows, by default the first split's clean rows. Resample
-    uses each split's own corrupt rows.
+    uses each split's own corrupt rows. `mean_over`: see `masking.references`.
     """
     masks = [masks] if isinstance(masks, HeadMask) else list(masks)
     tasks = _as_splits(splits)
@@ -102,7 +142,7 @@ def evaluate(
     for m in masks:
         check_mask(model, m)
     site_union = sites(HeadMask.full(model, mlps=any(m.mlps is not None for m in masks)))
-    shared = run.reference(model, site_union, ablation, mean_ref) if ablation != "resample" else None
+    shared = references(model, site_union, ablation, mean_ref, mean_over) if ablation != "resample" else None
     for j, (name, task) in enumerate(tasks.items()):
         refs = shared or run.reference(model, site_union, "resample", reference if reference is not None else task.corrupt)
         variants = [[], *(interventions(m, refs) for m in masks)]
@@ -115,7 +155,7 @@ def evaluate(
                                     answer_pos=task.answer_pos, progress=progress, desc=f"masks on {name}")
     labels = (("full", *_names(masks)), tuple(tasks), ("accuracy", first.metric))
     return Grid(values, ("model", "split", "metric"), labels,
-                {"ablation": ablation, "title": "accuracy and metric per split", "chart": "heatmap"})
+                {"ablation": ablation, "mean_over": mean_over, "title": "accuracy and metric per split", "chart": "heatmap"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +188,10 @@ class Study:
         """Scatter of accuracy in vs out of distribution per mask (the full model as a star),
         coloured by sparsity: a [model, metric] Grid."""
         ids, oods = self.accuracy(self.id_split), self.accuracy(self.ood_split)
-        sparsity = [0.0] + [m.sparsity for m in self.masks]
+        n_units = self.masks[0].n_units if self.masks else 1
+        cores = [1 - (len(self.meta["core_per_sparsity"][k]) + len(self.meta.get("core_mlps_per_sparsity", {}).get(k, []))) / n_units
+                 for k in self.meta.get("core_per_sparsity", {})][: len(ids) - 1 - len(self.masks)]
+        sparsity = [0.0] + [m.sparsity for m in self.masks] + cores
         names = self.evaluation.labels[0]
         coords = (f"accuracy {self.id_split}", f"accuracy {self.ood_split}", "sparsity")
         meta = {**self.meta, "chart": "scatter", "highlight": [names[0]], "metric": "accuracy",
@@ -160,17 +203,21 @@ class Study:
         acc = {s: self.accuracy(s) for s in splits}
         subs = [
             {
-                "seed": m.meta.get("seed"), "sparsity": m.meta.get("sparsity"),
+                "seed": m.meta.get("seed"), "sparsity": m.meta.get("sparsity"), "achieved_sparsity": m.sparsity,
                 "accuracy": {s: acc[s][i + 1] for s in splits},
                 "heads": [list(h) for h in m.kept_heads()], "mlps": m.kept_mlps(),
                 "seconds": m.meta.get("seconds"),
             }
             for i, m in enumerate(self.masks)
         ]
+        models = self.evaluation.labels[0]
+        core_acc = {name.removeprefix("core s="): {s: acc[s][i] for s in splits}
+                    for i, name in enumerate(models) if i > len(self.masks)}
         return {
             **self.meta,
             "full": {s: acc[s][0] for s in splits},
             "subnetworks": subs,
+            "core_accuracy": core_acc,
             "core": [list(h) for h in self.core.kept_heads()],
             "core_mlps": self.core.kept_mlps(),
             "overlap": {"labels": list(self.overlap.labels[0]), "jaccard": [[round(float(x), 4) for x in row] for row in self.overlap.values]},
@@ -184,24 +231,32 @@ def study(
     *,
     sparsities: Sequence[float],
     seeds: Sequence[int],
+    baseline_draws: int = 2000,
     progress: bool = True,
     **kwargs: Any,
 ) -> Study:
     """Learn a mask per (sparsity, seed) on `task`, evaluate each on `splits` (the first is the
     in-distribution split, the last the out-of-distribution one), and find the core per sparsity
-    (the `core` field is the core across every mask). kwargs go to `learn_mask`."""
+    (the `core` field is the core across every mask). The evaluation's models are "full", the
+    masks, then one "core s=S" per sparsity (the core alone kept); `meta["core_baseline"]` holds
+    `core_baseline` per sparsity (`baseline_draws` draws). kwargs go to `learn_mask`."""
     tasks = _as_splits(splits)
     start = time.perf_counter()
     masks: list[HeadMask] = []
     for s in sparsities:
         masks += subnetworks(model, task, sparsity=s, seeds=seeds, progress=progress, **kwargs)
-    ablation = kwargs.get("ablation", "mean")
-    grid = evaluate(model, masks, tasks, ablation=ablation, reference=task.clean if ablation == "mean" else None,
-                    progress=progress)
-    cores = {f"{s:g}": [list(h) for h in heuristic_core([m for m in masks if m.meta["sparsity"] == s]).kept_heads()] for s in sparsities}
+    ablation, mean_over = kwargs.get("ablation", "mean"), kwargs.get("mean_over", "position")
+    per_sparsity = {f"{s:g}": [m for m in masks if m.meta["sparsity"] == s] for s in sparsities}
+    cores = {k: heuristic_core(ms) for k, ms in per_sparsity.items()}
+    core_masks = [HeadMask(c.heads, c.mlps, {"name": f"core s={k}"}) for k, c in cores.items()]
+    grid = evaluate(model, masks + core_masks, tasks, ablation=ablation, mean_over=mean_over,
+                    reference=task.clean if ablation == "mean" else None, progress=progress)
     names = list(tasks)
     meta = {"task": f"{task.name}/{task.split}", "sparsities": list(sparsities), "seeds": list(seeds),
-            "core_per_sparsity": cores, "seconds": time.perf_counter() - start}
+            "core_per_sparsity": {k: [list(h) for h in c.kept_heads()] for k, c in cores.items()},
+            "core_mlps_per_sparsity": {k: c.kept_mlps() for k, c in cores.items()},
+            "core_baseline": {k: core_baseline(ms, draws=baseline_draws) for k, ms in per_sparsity.items()},
+            "seconds": time.perf_counter() - start}
     return Study(tuple(masks), grid, heuristic_core(masks), overlap(masks), names[0], names[-1], meta)
 
 

@@ -8,19 +8,25 @@ Each study module defines `repro(progress: bool = True, models: list[str] | None
     illusions        Friedman et al. 2024, Interpretability Illusions   (interp.simplify)
     cores            Schiffman 2026, invariant algorithmic cores        (interp.cores)
     steering         the axis-steering generator on the cores' axes     (interp.steering)
+    extractive       Feng et al. 2024, Extractive Structures            (interp.grafting)
+    specialization   Ma et al. 2025, Generalization by Specialization   (interp.probing)
+    circuits         Wang et al. 2022 IOI circuit, EAP-IG of Hanna et al. 2024 (interp.circuits;
+                     its demo section is the demo's circuit section, so it is not in STUDIES)
 """
 
 from __future__ import annotations
 
-from interp.studies import cores, heuristic_core, illusions, steering
+from interp.studies import cores, extractive, heuristic_core, illusions, specialization, steering
 
-__all__ = ["STUDIES", "cores", "heuristic_core", "illusions", "steering", "study"]
+__all__ = ["STUDIES", "cores", "extractive", "heuristic_core", "illusions", "specialization", "steering", "study"]
 
 STUDIES = {
     "heuristic-core": heuristic_core,
     "illusions": illusions,
     "cores": cores,
     "steering": steering,
+    "extractive": extractive,
+    "specialization": specialization,
 }
 
 

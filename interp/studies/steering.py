@@ -121,23 +121,14 @@ def sva_contrast(n: int, exclude: set[str], seed: int) -> tuple[list[str], list[
     return sg, pl
 
 
-def core_axis(model, site: str, sg: list[str], pl: list[str], exclude: set[str]) -> tuple[Axis, str]:
-    """A 1-D core at `site`: interp.cores' ACE extraction (k=1) when that module works, else the
-    top principal direction of the contrast activations (a 1-D PCA core), and a sentence saying
-    which. Rows in `exclude` are dropped."""
-    try:
-        from interp import cores
+def core_axis(model, site: str, exclude: set[str], *, n: int = 256, seed: int = 11) -> Axis:
+    """The paper's axis: the 1-D ACE core at `site` (`interp.cores.extract(method='ace', k=1)`,
+    balanced truncation of the verb logit difference) on `n` sva_id prompts, minus `exclude`."""
+    from interp import cores
 
-        task = english.sva(256, split="sva_id", seed=11)
-        task = task[[i for i, t in enumerate(task.text) if t not in exclude]]
-        core = cores.extract(model, task, site=site, k=1, method="ace")
-        return axis_from_core(core), "interp.cores.extract(method='ace', k=1)"
-    except Exception as err:  # cores is another module, still moving: fall back, and say why in the result
-        reason = f"{type(err).__name__}: {err}"
-    x = torch.cat([last_activations(model, sg, site=site), last_activations(model, pl, site=site)])
-    mean = x.mean(0)
-    _, _, vh = torch.linalg.svd(x - mean, full_matrices=False)
-    return Axis(vh[0], mean, site, meta={"method": "pca_1d"}), f"1-D PCA of the contrast activations (interp.cores failed: {reason})"
+    task = english.sva(n, split="sva_id", seed=seed)
+    task = task[[i for i, t in enumerate(task.text) if t not in exclude]]
+    return axis_from_core(cores.extract(model, task, site=site, k=1, method="ace"))
 
 
 def _flip_strength(model, axis: Axis, task) -> float:
@@ -164,79 +155,115 @@ def dev_prefixes(held_out: Sequence[str], n: int, seed: int) -> list[str]:
 
 def study(model, *, n_prefixes: int = 128, n_contrast: int = 512, max_new_tokens: int = 10, seed: int = 0,
           progress: bool = True) -> dict[str, Any]:
-    """Flip rates of the SVA number axis on held-out prefixes for one model (see `repro`)."""
+    """Flip rates of the SVA core axis on held-out prefixes for one model (see `repro`).
+
+    The headline is `core_flip_rate`: the 1-D ACE core flipped. The difference-of-means axis of
+    the same site is a comparison (`diff_means_flip_rate`), the random directions are the control.
+    """
     prefixes = english.prefixes(n_prefixes, seed=seed)
-    sg, pl = sva_contrast(n_contrast, set(prefixes), seed=seed + 1)
+    held = set(prefixes)
+    sg, pl = sva_contrast(n_contrast, held, seed=seed + 1)
     dev_task = english.sva(128, split="sva_id", seed=seed + 2)
-    dev_task = dev_task[[i for i, t in enumerate(dev_task.text) if t not in set(prefixes)]]
-    # The site is chosen on dev prefixes by the measured quantity itself (the flip rate of free
-    # generation); the next-token verb choice saturates (1.00 at several sites) and broke ties badly.
+    dev_task = dev_task[[i for i, t in enumerate(dev_task.text) if t not in held]]
+    # The site is chosen on dev prefixes by the measured quantity itself: the flip rate of the
+    # core axis in free generation (the next-token verb choice saturates at several sites).
     dev = dev_prefixes(prefixes, n_prefixes, seed=seed + 3)
     sites = [f"blocks.{l}.hook_resid_pre" for l in range(1, model.cfg.n_layers)]
-    scores, generation_scores = {}, {}
+    scores, generation_scores, axes = {}, {}, {}
     for site in tqdm(sites, desc="choose site", disable=not progress):
-        dev_axis = axis_from_contrast(model, sg, pl, site=site)
-        scores[site] = _flip_strength(model, dev_axis, dev_task)
-        dev_gen = generate(model, dev, [Steer(dev_axis, "flip")], max_new_tokens=max_new_tokens, record=False)
+        axes[site] = core_axis(model, site, held)
+        scores[site] = _flip_strength(model, axes[site], dev_task)
+        dev_gen = generate(model, dev, [Steer(axes[site], "flip")], max_new_tokens=max_new_tokens, record=False)
         generation_scores[site] = _rates(dev, dev_gen)["flip_rate"]
     site = max(sites, key=lambda s: (generation_scores[s], scores[s], -sites.index(s)))
-    axis = axis_from_contrast(model, sg, pl, site=site)
-    core, core_source = core_axis(model, site, sg, pl, set(prefixes))
-    control = random_axis(axis, seed=seed)
-    # equal norm: the random direction is added with the mean displacement a flip causes (2 |c|)
+    core = axes[site]
+    diff = axis_from_contrast(model, sg, pl, site=site)
+    # equal norm: the random direction is added with the mean displacement a core flip causes (2 |c|)
     x = torch.cat([last_activations(model, sg, site=site), last_activations(model, pl, site=site)])
-    displacement = float(2 * projection(x, axis).abs().mean())
+    displacement = float(2 * projection(x, core).abs().mean())
     runs = {
         "unsteered": [],
-        "diff_means": [Steer(axis, "flip")],
         "core": [Steer(core, "flip")],
-        "control_add": [Steer(control, "add", displacement)],
-        "control_add_neg": [Steer(control, "add", -displacement)],
-        "control_flip": [Steer(control, "flip")],
+        "diff_means": [Steer(diff, "flip")],
+        "control_add": [Steer(random_axis(core, seed=seed), "add", displacement)],
+        "control_add_neg": [Steer(random_axis(core, seed=seed), "add", -displacement)],
+        **{f"control_flip_{i}": [Steer(random_axis(core, seed=seed + 1 + i), "flip")] for i in range(3)},
     }
     rates = {}
     for name, ivs in tqdm(runs.items(), desc="generate", disable=not progress):
         rates[name] = _rates(prefixes, generate(model, prefixes, ivs, max_new_tokens=max_new_tokens, record=False))
-    control_flip = (rates["control_add"]["flip_rate"] + rates["control_add_neg"]["flip_rate"]) / 2
+
+    def mean(names: list[str], key: str) -> float:
+        return sum(rates[n][key] for n in names) / len(names)
+
+    adds, flips = ["control_add", "control_add_neg"], [f"control_flip_{i}" for i in range(3)]
     return {
-        "site": site, "site_scores": scores, "site_generation_scores": generation_scores, "n": len(prefixes), "n_contrast": len(sg) + len(pl),
-        "flip_rate": rates["diff_means"]["flip_rate"],
-        "grammatical_rate": rates["diff_means"]["grammatical_rate"],
+        "site": site, "site_scores": scores, "site_generation_scores": generation_scores, "n": len(prefixes),
+        "n_contrast": len(sg) + len(pl), "core_source": "interp.cores.extract(method='ace', k=1)",
         "core_flip_rate": rates["core"]["flip_rate"], "core_grammatical_rate": rates["core"]["grammatical_rate"],
-        "core_source": core_source,
-        "core_cosine": float(abs(core.direction @ axis.direction)),
-        "control_flip_rate": control_flip,
-        "control_grammatical_rate": (rates["control_add"]["grammatical_rate"] + rates["control_add_neg"]["grammatical_rate"]) / 2,
+        "diff_means_flip_rate": rates["diff_means"]["flip_rate"], "diff_means_grammatical_rate": rates["diff_means"]["grammatical_rate"],
+        "core_cosine": float(abs(core.direction @ diff.direction)),
+        "control_flip_rate": mean(adds, "flip_rate"), "control_grammatical_rate": mean(adds, "grammatical_rate"),
         "control_norm": displacement,
-        "random_flip_control_rate": rates["control_flip"]["flip_rate"],
+        "random_flip_control_rate": mean(flips, "flip_rate"),
+        "random_flip_control_max": max(rates[n]["flip_rate"] for n in flips),
         "unsteered_agree_rate": rates["unsteered"]["agree_rate"],
         "unsteered_flip_rate": rates["unsteered"]["flip_rate"],
         "unsteered_grammatical_rate": rates["unsteered"]["grammatical_rate"],
-        "separation": axis.meta["separation"], "proj_std": axis.proj_std,
+        "separation": diff.meta["separation"], "proj_std": diff.proj_std,
     }
 
 
-def repro(progress: bool = True) -> dict[str, Any]:
-    """`interp repro steering`: the SVA number axis flipped during free generation, per zoo LM.
+def _core_axes_alignment(models: dict[str, Any], sites: dict[str, str], held: set[str]) -> dict[str, Any]:
+    """The families' core axes aligned on matched sva_id prompts (last token), beside controls:
+    shuffled prompts, prompts shuffled within one head-noun number, random directions."""
+    from interp.studies.ace_real import alignment_with_controls
 
-    For each zoo decoder family: build the axis by difference of means (singular vs plural head
-    nouns, last token of sva_id subjects) at the resid_pre site whose flip best inverts the verbs
-    of free generation on dev prefixes (disjoint from the held-out ones), and a 1-D core at the
-    same site; generate greedy continuations of held-out prefixes unsteered, flipped, and with a
-    random-direction control of equal norm (added with either sign); judge every generated verb
-    with the grammar. Families not yet in the zoo are listed under "missing".
+    prompts = [t for t in english.sva(256, split="sva_id", seed=21).text if t not in held]
+    labels = torch.tensor([int(head_number(t) == "pl") for t in prompts])
+    axes = {f: core_axis(m, sites[f], held) for f, m in models.items()}
+    z = {f: projection(last_activations(models[f], prompts, site=sites[f]), axes[f])[:, None] for f in models}
+    rand = {f: [projection(last_activations(models[f], prompts, site=sites[f]), random_axis(axes[f], seed=50 + i))[:, None]
+                for i in range(3)] for f in models}
+    return {f"{a}->{b}": alignment_with_controls(z[a], z[b], labels, random_za=rand[a], random_zb=rand[b])
+            for a in models for b in models if a != b}
+
+
+def repro(progress: bool = True, models: list[str] | None = None) -> dict[str, Any]:
+    """`interp repro steering`: the SVA core axis flipped during free generation.
+
+    Zoo decoder families (the default, plus the two real models): for each, the 1-D ACE core at the
+    resid_pre site whose core flip best inverts the verbs of free generation on dev prefixes
+    (disjoint from the held-out ones); greedy continuations of held-out prefixes unsteered, with
+    the core axis flipped, with the difference-of-means axis flipped (comparison), with random
+    directions added at equal norm (either sign) and flipped (controls); every generated verb
+    judged with the grammar. The core axes are then aligned across families against shuffled
+    and random controls. Real models (`smollm2-135m`, `gemma3-270m`, any non-zoo spec) run
+    `interp.studies.steer_real.steer_model` (judged with word lists). Zoo families not shipped
+    are listed under "missing".
     """
     from interp.model import DECODER_FAMILIES, ZOO_DIR, load
+    from interp.studies.ace_real import REAL_MODELS
+    from interp.studies.steer_real import steer_model
 
     start = time.perf_counter()
-    out: dict[str, Any] = {"families": {}, "missing": []}
-    for family in DECODER_FAMILIES:
-        name = f"lm-{family}"
-        if not (ZOO_DIR / name / "config.json").exists():
-            out["missing"].append(name)
-            continue
-        model = load(f"zoo:{name}")
-        out["families"][family] = study(model, progress=progress)
+    specs = list(models) if models is not None else [f"zoo:lm-{f}" for f in DECODER_FAMILIES] + list(REAL_MODELS)
+    out: dict[str, Any] = {"families": {}, "missing": [], "real": {}}
+    zoo_models = {}
+    for spec in tqdm(specs, desc="steering: models", disable=not progress):
+        if spec.startswith("zoo:"):
+            name = spec.removeprefix("zoo:")
+            if not (ZOO_DIR / name / "config.json").exists():
+                out["missing"].append(name)
+                continue
+            family = name.removeprefix("lm-")
+            zoo_models[family] = load(spec)
+            out["families"][family] = study(zoo_models[family], progress=progress)
+        else:
+            out["real"][spec] = steer_model(load(spec), progress=progress)
+    if len(zoo_models) > 1:
+        held = set(english.prefixes(128, seed=0))
+        out["core_axis_alignment"] = _core_axes_alignment(zoo_models, {f: v["site"] for f, v in out["families"].items()}, held)
     out["seconds"] = time.perf_counter() - start
     return out
 

@@ -10,16 +10,24 @@ and a sequence reads like ``(3 (7 7) 3)``.
 
 How the splits are made (all deterministic from `seed`):
 
-* The training *pool* is `pool_size` distinct skeletons drawn by a random walk: a depth d uniform
-  in 1..m, an even length L uniform in [2d, max_len], then a walk of exactly L brackets that reaches
-  depth d and never exceeds it (so depths are spread evenly, not piled up near 1).
+* Skeletons are drawn by a random walk: a depth d uniform in 1..m, an even length L uniform in
+  [2d, max_len], then a walk of exactly L brackets that reaches depth d and never exceeds it (so
+  depths are spread evenly, not piled up near 1).
+* A skeleton's structural *family* is its nesting-shape signature (max depth, number of peaks),
+  a peak being a local maximum of the depth profile ("(()(()))" -> (3, 2): depth 3, two peaks).
+  A family is *held out* when (depth + peaks) % 4 == 0, about a quarter of the skeletons, spread
+  over every depth 1..m: each depth keeps some peak counts and loses others, so an unseen
+  structure combines a depth and a branching the model saw, but never together (as in
+  Friedman et al. 2024, whose structure split holds out whole families of structures).
+* The training *pool* is `pool_size` distinct skeletons of the walk, all from families that are
+  not held out.
 * A (skeleton, types) pair is *reserved* when a stable hash of its tokens is 0 mod 8 (no seed
   involved). Types are drawn uniformly per opening bracket.
 * ``train``: a pool skeleton with a type assignment that is not reserved.
 * ``seen_struct``: a pool skeleton with a reserved type assignment, so no row ever equals a
   ``train`` row, for any sample sizes.
-* ``unseen_struct``: a skeleton from the same walk (depth <= m, length <= max_len) that is not in
-  the pool, with any types.
+* ``unseen_struct``: a skeleton from the same walk (depth <= m, length <= max_len) whose family is
+  held out, so neither it nor any skeleton of its family is ever in training; any types.
 * ``unseen_depth``: depth d uniform in m+1..m+4, so deeper than anything in the pool; length
   even in [2d, max(max_len, 2d)] (with the defaults, m=10 and max_len=40, no longer than training).
 
@@ -45,13 +53,14 @@ from interp.errors import InterpError
 
 from .base import BOS_ID, EOS_ID, Task, pad_rows, word_tokenizer
 
-__all__ = ["FIRST_ID", "IGNORE", "SPLITS", "close_id", "closing_targets", "dyck", "is_close", "is_open", "max_depth", "open_id", "pool", "sequences", "skeleton", "tokenizer", "words"]
+__all__ = ["FIRST_ID", "IGNORE", "SPLITS", "close_id", "closing_targets", "dyck", "family", "held_out_family", "is_close", "is_open", "max_depth", "open_id", "pool", "sequences", "skeleton", "tokenizer", "words"]
 
 SPLITS = ("train", "seen_struct", "unseen_struct", "unseen_depth")
 FIRST_ID = 5  # first non-special id
 IGNORE = -100  # `closing_targets` value at positions that are not scored (torch's ignore_index)
 _EXTRA_DEPTH = 4  # unseen_depth draws depths m+1 .. m+_EXTRA_DEPTH
 _RESERVED_MOD = 8  # 1 in 8 type assignments is reserved for seen_struct
+_FAMILY_MOD = 4  # families with (depth + peaks) % 4 == 0 are held out of training
 
 
 def words(k: int = 20) -> tuple[str, ...]:
@@ -93,6 +102,20 @@ def max_depth(skel: str) -> int:
         depth += 1 if c == "(" else -1
         best = max(best, depth)
     return best
+
+
+def family(skel: str) -> tuple[int, int]:
+    """The structural family of a skeleton: (max depth, number of peaks), where a peak is an
+    opening bracket followed directly by a closing one ("(()(()))" -> (3, 2))."""
+    if not skel or set(skel) - {"(", ")"}:
+        raise InterpError(f"skeleton {skel!r} must be a non-empty string of '(' and ')' (see dyck.skeleton)")
+    return max_depth(skel), skel.count("()")
+
+
+def held_out_family(fam: tuple[int, int]) -> bool:
+    """Whether a family (depth, peaks) is held out of training: (depth + peaks) % 4 == 0."""
+    depth, peaks = fam
+    return (depth + peaks) % _FAMILY_MOD == 0
 
 
 def closing_targets(tokens: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch pos"]:
@@ -188,7 +211,7 @@ def dyck(
 
 
 def pool(*, m: int = 10, seed: int = 0, pool_size: int = 3000, max_len: int = 40) -> frozenset[str]:
-    """The training skeleton pool (cached; identical for every k)."""
+    """The training skeleton pool (cached; identical for every k); no skeleton of a held-out family."""
     _check(n=1, split="train", k=1, m=m, pool_size=pool_size, max_len=max_len)
     return _pool(m, seed, pool_size, max_len)[1]
 
@@ -202,11 +225,11 @@ def _draw(rng: random.Random, split: str, k: int, m: int, seed: int, size: int, 
     if split == "unseen_depth":  # deeper than any pool skeleton, so no pool needed
         d = rng.randint(m + 1, m + _EXTRA_DEPTH)
         return _typed(rng, _walk(rng, rng.randrange(2 * d, max(max_len, 2 * d) + 1, 2), d), k)
-    order, members = _pool(m, seed, size, max_len)
+    order, _ = _pool(m, seed, size, max_len)
     for _ in range(10_000):
         if split == "unseen_struct":
             skel = _random_skeleton(rng, m, max_len)
-            if skel not in members:
+            if held_out_family(family(skel)):  # never in the pool, whose families are all seen
                 return _typed(rng, skel, k)
             continue
         skel = rng.choice(order)
@@ -270,7 +293,7 @@ def _pool(m: int, seed: int, size: int, max_len: int) -> tuple[tuple[str, ...], 
     seen: set[str] = set()
     for _ in range(50 * size + 1000):
         skel = _random_skeleton(rng, m, max_len)
-        if skel not in seen:
+        if skel not in seen and not held_out_family(family(skel)):
             seen.add(skel)
             order.append(skel)
             if len(order) == size:

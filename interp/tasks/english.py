@@ -19,8 +19,13 @@ How the splits are made:
   1/8 appear only in ``sva_attractor_mismatch`` rows, 1/8 only in ``sva_id`` rows and `prefixes`,
   6/8 only in the training `corpus`. So no evaluation prompt with an attractor is ever a training
   subject, and the two SVA splits share no sentence.
-* ``sva_id``: attractors drawn like the corpus (none / PP / RC, each 1/3; matching with
-  probability 0.85). ``sva_attractor_mismatch``: always a PP or RC attractor of the other number.
+* ``sva_id``: a third each of no attractor, PP and RC (the kind is drawn first, then a phrase of
+  that kind until its hash bucket fits), the attractor matching the head's number with
+  probability 0.85, as in the corpus. So "agree with the nearest noun" scores about
+  1/3 + 2/3 * 0.85 = 0.90 on it (`nearest_noun_agrees`), and 0 on ``sva_attractor_mismatch``:
+  always a PP or RC attractor of the other number, half each.
+* The training `corpus` draws the kind before the bucket check and keeps every attractor-free
+  subject, so its SVA sentences are about 40 % none, 30 % PP, 30 % RC (kept as trained).
 * Names: `TRAIN_NAMES` (30) appear in the corpus's IOI sentences and ``ioi`` ``train``;
   `TEST_NAMES` (10) appear in ``ioi`` ``test`` and, outside any IOI context, in the corpus's
   filler sentences. The zoo's language models keep every name's embedding at a shared learned
@@ -40,7 +45,7 @@ from interp.errors import InterpError
 
 from .base import BOS_ID, EOS_ID, MASK_ID, SPECIALS, Task, pad_rows, word_tokenizer
 
-__all__ = ["ADVERBS", "DETERMINERS", "MAX_WORDS", "PREPOSITIONS", "SPLITS_IOI", "SPLITS_SVA", "TEST_NAMES", "TRAIN_NAMES", "WORDS", "agreement_errors", "corpus", "encode", "filler", "ioi", "judge", "noun_number", "prefixes", "sva", "tokenizer", "verb_number", "words"]
+__all__ = ["ADVERBS", "DETERMINERS", "MAX_WORDS", "PREPOSITIONS", "SPLITS_IOI", "SPLITS_SVA", "TEST_NAMES", "TRAIN_NAMES", "WORDS", "agreement_errors", "corpus", "encode", "filler", "ioi", "judge", "nearest_noun_agrees", "noun_number", "prefixes", "sva", "tokenizer", "verb_number", "words"]
 
 SPLITS_SVA = ("sva_id", "sva_attractor_mismatch")
 SPLITS_IOI = ("train", "test")
@@ -208,6 +213,17 @@ def _sva_subject(
             return phrase, number, kind
 
 
+def _sva_subject_of_kind(rng: random.Random, split: str, match: float, kind: str) -> tuple[list[str], str]:
+    """(subject words, head number) of the given kind, redrawn until its hash bucket belongs to
+    `split`, so the kinds keep the proportions they are asked for."""
+    while True:
+        number = rng.choice(("sg", "pl"))
+        same = split != "mismatch" and rng.random() < match
+        phrase = _subject(rng, number, kind, number if same else _FLIP_NUMBER[number])
+        if kind == "none" or _bucket(phrase) == split:
+            return phrase, number
+
+
 def _clause(rng: random.Random, names: Sequence[str]) -> list[str]:
     """A filler clause: a noun or name subject (no attractor) and an agreeing predicate."""
     r = rng.random()
@@ -306,7 +322,8 @@ def sva(n: int, *, split: str = "sva_id", seed: int = 0, masked: bool = False) -
     bucket, kinds = ("id", ("none", "pp", "rc")) if split == "sva_id" else ("mismatch", ("pp", "rc"))
     rows, kind_of, attractor = [], [], []
     for _ in range(n):
-        phrase, number, kind = _sva_subject(rng, bucket, 0.85, kinds)
+        kind = kinds[len(rows) % len(kinds)]  # exact thirds (halves on mismatch), in a fixed rotation
+        phrase, number = _sva_subject_of_kind(rng, bucket, 0.85, kind)
         # with BOS at 0: the head noun is at 2; the attractor noun ends a PP, precedes the RC's verb
         attractor.append(None if kind == "none" else len(phrase) if kind == "pp" else len(phrase) - 1)
         verb, *rest = _predicate(rng, number, phrase[1] in _ANIMATE)
@@ -321,6 +338,21 @@ def sva(n: int, *, split: str = "sva_id", seed: int = 0, masked: bool = False) -
         positions["attractor"] = attractor
     positions["verb" if masked else "END"] = [r[-1] for r in rows]
     return _task("sva", split, seed, rows, {"masked": masked, "kind": kind_of}, positions)
+
+
+def nearest_noun_agrees(task: Task) -> torch.Tensor:
+    """Per row of an ``sva`` task: does "agree with the nearest noun before the verb" give the
+    right verb? (The baseline a heuristic reaches with no syntax: right on attractor-free rows and
+    on attractors of the head's number, wrong on the others.)"""
+    if task.name != "sva":
+        raise InterpError(f"nearest_noun_agrees needs an sva task, got {task.name!r}")
+    vocab = (*SPECIALS, *WORDS)
+    out = []
+    for row, pos, correct in zip(task.clean.tolist(), task.answer_pos.tolist(), task.correct.tolist()):
+        before = row[: pos + (not task.meta.get("masked", False))]  # causal: the verb follows answer_pos
+        nouns = [vocab[t] for t in before if vocab[t] in _NOUN_NUMBER]
+        out.append(_NOUN_NUMBER[nouns[-1]] == _VERB_NUMBER[vocab[correct]])
+    return torch.tensor(out)
 
 
 def ioi(n: int, *, split: str = "train", seed: int = 0) -> Task:

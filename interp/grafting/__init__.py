@@ -1,0 +1,71 @@
+"""Extractive structures and weight grafting (Feng, Russell & Steinhardt 2024).
+
+Fact tasks with fictional people and real cities (`first_hop`, `second_hop`, `mean_rank`),
+fine-tuning as a weight delta (`finetune` -> `Delta`: add, subtract, restrict, apply through
+`interp.run`), extractive scores per component and position (`extractive_scores`), weight grafting
+(`graft`) and the data-ordering experiment at zoo scale (`data_ordering`).
+"""
+
+from interp.grafting.delta import (
+    COMPONENTS,
+    Delta,
+    component_of,
+    finetune,
+    layer_of,
+    parameters,
+)
+from interp.grafting.experiments import (
+    early_late,
+    graft,
+    hop,
+    layer_restriction,
+    layer_split,
+    ranks_under,
+)
+from interp.grafting.facts import (
+    Facts,
+    assignments,
+    check_unknown,
+    encode,
+    first_hop,
+    mean_rank,
+    option_ids,
+    second_hop,
+)
+from interp.grafting.ordering import ORDERS, data_ordering, world
+from interp.grafting.scores import (
+    ExtractiveScores,
+    extractive_scores,
+    informative_by_component,
+    per_component_backward,
+)
+
+__all__ = [
+    "COMPONENTS",
+    "ORDERS",
+    "Delta",
+    "ExtractiveScores",
+    "Facts",
+    "assignments",
+    "check_unknown",
+    "component_of",
+    "data_ordering",
+    "early_late",
+    "encode",
+    "extractive_scores",
+    "finetune",
+    "first_hop",
+    "graft",
+    "hop",
+    "informative_by_component",
+    "layer_of",
+    "layer_restriction",
+    "layer_split",
+    "mean_rank",
+    "option_ids",
+    "parameters",
+    "per_component_backward",
+    "ranks_under",
+    "second_hop",
+    "world",
+]

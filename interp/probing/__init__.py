@@ -1,0 +1,46 @@
+"""Parameter probing and domain-specialised subnetworks (Ma et al. 2025, "Generalization by
+Specialization"; only the abstract is public, so the choices below are parameters).
+
+    scores   = input_norms(model, task.clean, answer_pos=task.answer_pos)   # one pass, hooks
+    scores.matrix(model, name)      |W_ij| * ||X_j||_2 (the Wanda score) of one weight [out, in]
+    overlap(model, {task: scores}, {task: domain})   Grid of Jaccard indices of the top-k weights
+    p = probe(model, val.clean, metric, scores, answer_pos=val.answer_pos, tolerance=0.05, sparsity=0.5)
+    run.logits(model, tokens, [p.mask(model)])       the subnetwork, applied by the runner
+    random_like(p), magnitude_like(model, p)         the controls at p's sparsity per matrix
+
+`probe` sorts each matrix's scores into G quantile groups (per output row or per matrix) and
+prunes the lowest groups greedily while the validation metric stays within the tolerance (see
+`interp.probing.probe`). Masks are `interp.interventions.WeightMask` data: the model's weights are
+swapped for one forward by `interp.run` and never written. Domain tasks: `interp.tasks.domains`
+(real BPE models) and `interp.tasks.multidomain` (the zoo's `multidomain` model); the study is
+`interp.studies.specialization`.
+"""
+
+from interp.probing.overlap import jaccard, overlap, top_fraction
+from interp.probing.probe import (
+    GROUPINGS,
+    Probe,
+    check_model,
+    levels,
+    magnitude_like,
+    per_matrix,
+    probe,
+    random_like,
+    sparsity_of,
+)
+from interp.probing.scores import (
+    KINDS,
+    Linear,
+    WeightScores,
+    fingerprint,
+    input_norms,
+    linears,
+    magnitude,
+    wanda,
+)
+
+__all__ = [
+    "GROUPINGS", "KINDS", "Linear", "Probe", "WeightScores", "check_model", "fingerprint", "input_norms", "jaccard",
+    "levels", "linears", "magnitude", "magnitude_like", "overlap", "per_matrix", "probe", "random_like",
+    "sparsity_of", "top_fraction", "wanda",
+]

@@ -1,0 +1,311 @@
+"""ACE (Schiffman 2026) on the two real models: SmolLM2-135M (LLaMA family) and Gemma-3-270M
+(Gemma family), with a control beside every claim. `interp repro cores --model SPEC ...` runs the
+SVA and IOI sections here on real models; `interp repro steering --model SPEC ...` the steering one.
+Built from public names of `interp.cores`, `interp.steering` and `interp.tasks.bpe`.
+
+Matched text. The two tokenizers differ, so every prompt is built from words that are one token
+in *every* model of the run (`shared_vocabulary`) and only prompts whose text comes out in every
+model are kept (`matched_tasks`), in the same order. Activations are read at each model's own
+token position of the same text span: the answer position (END), the last word of the prompt,
+which is one token in both models by construction.
+
+Rules fixed here (so the numbers are reproducible):
+
+* SVA: `bpe.sva` "pp" prompts (half with an attractor of the same number, half of the other),
+  core per scanned layer at `blocks.L.hook_resid_post` at END, output the is/are logit
+  difference, k by the largest spectral gap (k <= 16); validated on a fresh seed against
+  random subspaces of the same k. The axis is the first direction of the core at the scanned
+  layer whose core flip lowers the logit difference most.
+* IOI: `bpe.ioi` on one template, the two scanned layers whose core flip lowers the logit
+  difference most, in layer order; the operator maps the earlier core to the later one.
+* Controls: alignments against the same fit on shuffled rows (the prompt correspondence broken),
+  on rows shuffled within one subject number (the number label kept, everything else broken),
+  and random directions; transfer against alignments fitted on shuffled prompts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from interp.cores import INTERVENTIONS, Alignment, Core, activations, align_coordinates, extract, fit_operator, score_operator, transfer, validate
+from interp.cores.linalg import random_basis
+from interp.tasks import bpe
+from interp.tasks.base import Task
+
+__all__ = [
+    "REAL_MODELS", "alignment_with_controls", "core_verdict", "ioi_real", "layer_scan", "matched_tasks",
+    "shared_vocabulary", "sva_real", "sva_tasks",
+]
+
+REAL_MODELS = ("smollm2-135m", "gemma3-270m")
+N_SHUFFLES = 20
+
+
+def shared_vocabulary(models: dict[str, Any]) -> dict[str, tuple]:
+    """The words (and noun pairs, prepositions) that are single tokens in every model, in the
+    curated order of the first."""
+    vocabs = [bpe.vocabulary(m) for m in models.values()]
+    return {key: tuple(w for w in vocabs[0][key] if all(w in v[key] for v in vocabs[1:])) for key in vocabs[0]}
+
+
+def matched_tasks(models: dict[str, Any], make: Callable[[Any], Task]) -> dict[str, Task]:
+    """`make(model)` per model, cut to the prompts whose text every model produced, in the first
+    model's order (so row i is the same text in every task)."""
+    made = {name: make(m) for name, m in models.items()}
+    first = next(iter(made.values()))
+    common = [t for t in dict.fromkeys(first.text) if all(t in task.text for task in made.values())]
+    out = {}
+    for name, task in made.items():
+        index = {t: i for i, t in enumerate(task.text)}
+        out[name] = task[[index[t] for t in common]]
+    return out
+
+
+def core_verdict(grid, *, margin: float = 3.0) -> dict[str, Any]:
+    """Necessity / sufficiency from a `validate` Grid, on the mean logit difference.
+
+    necessary: removing the core keeps at most half the full logit difference and lies more than
+    `margin` random standard deviations below the random subspaces' mean (floor: 1 % of |full|);
+    sufficient: keeping only the core keeps at least half and lies that far above the random
+    mean. Absent task information at the site, both come out False.
+    """
+    ld = {m: {q: float(grid.sel(method=m, quantity=q, metric="logit_diff").values) for q in ("core", "random_mean", "random_std")}
+          for m in INTERVENTIONS}
+    full = ld["full"]["core"]
+    floor = 0.01 * abs(full)
+
+    def gap(m: str) -> float:
+        return margin * max(ld[m]["random_std"], floor)
+
+    return {
+        "full_logit_diff": full,
+        "necessary": bool(full > 0 and ld["core_removed"]["core"] <= 0.5 * full
+                          and ld["core_removed"]["core"] < ld["core_removed"]["random_mean"] - gap("core_removed")),
+        "sufficient": bool(full > 0 and ld["core_only"]["core"] >= 0.5 * full
+                           and ld["core_only"]["core"] > ld["core_only"]["random_mean"] + gap("core_only")),
+        "logit_diff": {m: ld[m] for m in INTERVENTIONS[1:]},
+        "accuracy": {m: {q: float(grid.sel(method=m, quantity=q, metric="binary_accuracy").values) for q in ("core", "random_mean")}
+                     for m in INTERVENTIONS},
+    }
+
+
+def layer_scan(model, fit: Task, test: Task, layers: Sequence[int], *, n_random: int = 2, progress: bool = True,
+               desc: str = "layers") -> list[dict[str, Any]]:
+    """Per layer: the ACE core at `blocks.L.hook_resid_post` on `fit`, validated on `test`."""
+    rows = []
+    for layer in tqdm(list(layers), desc=desc, disable=not progress):
+        site = f"blocks.{layer}.hook_resid_post"
+        core = extract(model, fit, site=site, batch_size=32)
+        grid = validate(model, core, test, n_random=n_random, progress=False)
+        rows.append({"layer": layer, "site": site, "core": core, "verdict": core_verdict(grid),
+                     "spectrum": [float(s) for s in core.spectrum[:6]]})
+    return rows
+
+
+def _flip_rank(row: dict[str, Any]) -> float:
+    return row["verdict"]["logit_diff"]["core_flipped"]["core"]
+
+
+def _r2(za: torch.Tensor, zb: torch.Tensor) -> float:
+    return align_coordinates(za, zb, method="procrustes")[3]
+
+
+def alignment_with_controls(za: torch.Tensor, zb: torch.Tensor, labels: torch.Tensor | None = None, *,
+                            random_za: Sequence[torch.Tensor] = (), random_zb: Sequence[torch.Tensor] = (),
+                            seed: int = 0, n_shuffles: int = N_SHUFFLES) -> dict[str, Any]:
+    """Held-out Procrustes R² of za -> zb on matched rows, beside its controls.
+
+    shuffled: the same fit with zb's rows permuted (`n_shuffles` permutations; mean, max);
+    within_label (when `labels` is given): rows permuted only among rows of the same label, so a
+    fit that only reads the shared label keeps its R²; random: coordinates of random directions
+    of the same k in each model (pairs of `random_za`, `random_zb`). `beats_shuffled`: R² above
+    the largest shuffled R².
+    """
+    g = torch.Generator().manual_seed(seed)
+    r2 = _r2(za, zb)
+    shuffled = [_r2(za, zb[torch.randperm(len(zb), generator=g)]) for _ in range(n_shuffles)]
+    out: dict[str, Any] = {"r2_heldout": r2, "shuffled_mean": sum(shuffled) / len(shuffled), "shuffled_max": max(shuffled),
+                           "beats_shuffled": bool(r2 > max(shuffled)), "n": int(len(za))}
+    if labels is not None:
+        within = []
+        for _ in range(n_shuffles):
+            perm = torch.arange(len(zb))
+            for lab in labels.unique():
+                idx = (labels == lab).nonzero().flatten()
+                perm[idx] = idx[torch.randperm(len(idx), generator=g)]
+            within.append(_r2(za, zb[perm]))
+        out["within_label_mean"] = sum(within) / len(within)
+        out["within_label_max"] = max(within)
+    if random_za:
+        rand = [_r2(a, b) for a, b in zip(random_za, random_zb)]
+        out["random_directions_mean"] = sum(rand) / len(rand)
+        out["random_directions_max"] = max(rand)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# SVA
+
+
+def sva_tasks(models: dict[str, Any], vocab: dict[str, tuple], n: int, seed: int) -> dict[str, Task]:
+    """Matched "pp" SVA prompts: n/2 with an attractor of the same number, n/2 of the other."""
+    preps = _one_token_prepositions(vocab)
+
+    def make(model) -> Task:
+        kw = {"nouns": vocab["nouns"], "prepositions": preps}
+        a = bpe.sva(model, n // 2, split="pp_match", seed=seed, **kw)
+        b = bpe.sva(model, n - n // 2, split="pp_mismatch", seed=seed, **kw)
+        return _concat(a, b)
+
+    return matched_tasks(models, make)
+
+
+def _one_token_prepositions(vocab: dict[str, tuple]) -> list[str]:
+    preps = [p for p in vocab["prepositions"] if " " not in p]
+    if not preps:
+        from interp.errors import InterpError
+
+        raise InterpError("no one-word preposition is a single token in every model")
+    return preps
+
+
+def _concat(a: Task, b: Task) -> Task:
+    """Rows of two tasks of one token length (same positions keys) as one task."""
+    from dataclasses import replace
+
+    from interp.errors import InterpError
+
+    if a.clean.shape[1] != b.clean.shape[1]:
+        raise InterpError(f"cannot join tasks of token lengths {a.clean.shape[1]} and {b.clean.shape[1]}")
+    cat = torch.cat
+    return replace(a, split=f"{a.split}+{b.split}", clean=cat([a.clean, b.clean]), corrupt=cat([a.corrupt, b.corrupt]),
+                   correct=cat([a.correct, b.correct]), incorrect=cat([a.incorrect, b.incorrect]),
+                   answer_pos=cat([a.answer_pos, b.answer_pos]), text=tuple(a.text) + tuple(b.text),
+                   positions={k: cat([a.positions[k], b.positions[k]]) for k in a.positions},
+                   meta={"parts": [a.split, b.split]})  # per-row meta lists are not carried
+
+
+def subject_number(texts: Sequence[str], nouns: Sequence[tuple[str, str]]) -> torch.Tensor:
+    """1 where the prompt's head noun (its second word, "The keys ...") is the plural of a
+    (singular, plural) pair, else 0 (Task.meta is not cut with the rows, so read the text)."""
+    plural = {p for _, p in nouns}
+    return torch.tensor([int(t.split()[1] in plural) for t in texts])
+
+
+def default_layers(model, count: int) -> list[int]:
+    """`count` layers spread evenly, ending at the last (SmolLM2's 30: 4, 9, ..., 29; Gemma-3's
+    18: 2, 5, ..., 17): what this CPU allows, not every layer."""
+    n = model.cfg.n_layers
+    return sorted({round((i + 1) * n / count) - 1 for i in range(count)})
+
+
+def sva_real(models: dict[str, Any], *, n_fit: int = 64, n_test: int = 64, n_align: int = 128, count: int = 6,
+             progress: bool = True) -> dict[str, Any]:
+    """The SVA core per layer in each model (k, necessity, sufficiency against random subspaces),
+    and the core axis aligned across every ordered pair of models on matched prompts."""
+    vocab = shared_vocabulary(models)
+    fit, test, al = (sva_tasks(models, vocab, n, seed) for n, seed in ((n_fit, 1), (n_test, 2), (n_align, 3)))
+    out: dict[str, Any] = {"prompts": {"fit": len(next(iter(fit.values()))), "test": len(next(iter(test.values()))),
+                                       "align": len(next(iter(al.values())))},
+                           "example": next(iter(fit.values())).text[0], "models": {}}
+    axes: dict[str, Core] = {}
+    for name, model in models.items():
+        scan = layer_scan(model, fit[name], test[name], default_layers(model, count), progress=progress, desc=f"sva {name}")
+        best = min(scan, key=_flip_rank)
+        axes[name] = best["core"].truncated(1)
+        out["models"][name] = {
+            "layers_scanned": [r["layer"] for r in scan], "axis_layer": best["layer"], "axis_site": best["site"],
+            "scan": {str(r["layer"]): {"k": r["core"].k, "spectrum": r["spectrum"], **r["verdict"]} for r in scan},
+        }
+    labels = subject_number(next(iter(al.values())).text, vocab["nouns"])
+    pairs = {}
+    for a in models:
+        for b in models:
+            if a == b:
+                continue
+            za = axes[a].coordinates(activations(models[a], al[a], axes[a].site))
+            zb = axes[b].coordinates(activations(models[b], al[b], axes[b].site))
+            ra = [_random_coords(models[a], al[a], axes[a], s) for s in range(3)]
+            rb = [_random_coords(models[b], al[b], axes[b], 100 + s) for s in range(3)]
+            pairs[f"{a}->{b}"] = alignment_with_controls(za, zb, labels, random_za=ra, random_zb=rb)
+    out["axis_alignment"] = pairs
+    return out
+
+
+def _random_coords(model, task: Task, core: Core, seed: int) -> torch.Tensor:
+    basis = random_basis(core.d_model, core.k, seed)
+    return (activations(model, task, core.site) - core.mean) @ basis
+
+
+# ---------------------------------------------------------------------------------------------
+# IOI
+
+
+IOI_TEMPLATE = 0  # one template, so rows have one token length in every model
+
+
+def ioi_tasks(models: dict[str, Any], vocab: dict[str, tuple], n: int, seed: int, split: str = "mixed") -> dict[str, Task]:
+    def make(model) -> Task:
+        return bpe.ioi(model, n, split=split, seed=seed, names=vocab["names"], places=vocab["places"],
+                       objects=vocab["objects"], templates=[IOI_TEMPLATE])
+
+    return matched_tasks(models, make)
+
+
+def _alignment(za, zb, core_a: Core, core_b: Core, perm: torch.Tensor | None = None) -> Alignment:
+    zb = zb if perm is None else zb[perm]
+    m, b, r2, r2_cv, rho = align_coordinates(za, zb, method="procrustes")
+    return Alignment(m, b, "procrustes", r2, r2_cv, rho, torch.zeros(0), core_a.basis, core_b.basis,
+                     {"control": "shuffled prompts" if perm is not None else None})
+
+
+def ioi_real(models: dict[str, Any], *, n_fit: int = 32, n_test: int = 32, n_align: int = 64, count: int = 3,
+             n_controls: int = 3, progress: bool = True) -> dict[str, Any]:
+    """Two-site IOI cores per model, the operator between them (fit, held-out prompts, held-out
+    names), and the operator carried across models against shuffled-prompt alignments."""
+    vocab = shared_vocabulary(models)
+    fit, test, al = (ioi_tasks(models, vocab, n, seed) for n, seed in ((n_fit, 1), (n_test, 2), (n_align, 3)))
+    held = ioi_tasks(models, vocab, n_test, 4, split="mixed_heldout")
+    out: dict[str, Any] = {"prompts": {"fit": len(next(iter(fit.values()))), "test": len(next(iter(test.values()))),
+                                       "align": len(next(iter(al.values()))), "heldout_names": len(next(iter(held.values())))},
+                           "example": next(iter(fit.values())).text[0], "models": {}}
+    chosen = {}
+    for name, model in models.items():
+        scan = layer_scan(model, fit[name], test[name], default_layers(model, count), progress=progress, desc=f"ioi {name}")
+        two = sorted(sorted(scan, key=_flip_rank)[:2], key=lambda r: r["layer"])
+        c_in, c_out = two[0]["core"], two[1]["core"]
+        op = fit_operator(model, c_in, fit[name], target=c_out)
+        chosen[name] = (c_in, c_out, op)
+        out["models"][name] = {
+            "layers_scanned": [r["layer"] for r in scan], "sites": [c_in.site, c_out.site], "k": [c_in.k, c_out.k],
+            "operator_r2_fit": op.r2, "operator_r2_heldout_prompts": score_operator(model, op, c_in, c_out, test[name]),
+            "operator_r2_heldout_names": score_operator(model, op, c_in, c_out, held[name]),
+            "scan": {str(r["layer"]): {"k": r["core"].k, "spectrum": r["spectrum"], **r["verdict"]} for r in scan},
+        }
+    g = torch.Generator().manual_seed(0)
+    transfers = {}
+    for a in models:
+        for b in models:
+            if a == b:
+                continue
+            (ca_in, ca_out, op), (cb_in, cb_out, _) = chosen[a], chosen[b]
+            z = {key: core.coordinates(activations(models[m], al[m], core.site))
+                 for key, m, core in (("a_in", a, ca_in), ("a_out", a, ca_out), ("b_in", b, cb_in), ("b_out", b, cb_out))}
+            al_in, al_out = _alignment(z["a_in"], z["b_in"], ca_in, cb_in), _alignment(z["a_out"], z["b_out"], ca_out, cb_out)
+            moved = score_operator(models[b], transfer(op, al_in, al_out), cb_in, cb_out, test[b])
+            controls = []
+            for _ in range(n_controls):
+                perm = torch.randperm(len(z["b_in"]), generator=g)
+                ctl = transfer(op, _alignment(z["a_in"], z["b_in"], ca_in, cb_in, perm),
+                               _alignment(z["a_out"], z["b_out"], ca_out, cb_out, perm))
+                controls.append(score_operator(models[b], ctl, cb_in, cb_out, test[b]))
+            transfers[f"{a}->{b}"] = {
+                "r2_after_transfer": moved, "control_mean": sum(controls) / len(controls), "control_max": max(controls),
+                "beats_control": bool(moved > max(controls)), "own_operator_r2": out["models"][b]["operator_r2_heldout_prompts"],
+                "alignment_in_r2_heldout": al_in.r2_heldout, "alignment_out_r2_heldout": al_out.r2_heldout,
+            }
+    out["transfer"] = transfers
+    return out
