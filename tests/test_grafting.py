@@ -132,8 +132,12 @@ def test_scores_render_and_save(tiny, delta, implications, tmp_path):
     from interp import plot
 
     scores = grafting.extractive_scores(tiny, delta, implications)
-    assert plot.render(scores.heatmap("informative", "mlp")) is not None
-    assert plot.render(scores) is not None
+    heat = scores.heatmap("informative", "mlp")
+    fig = plot.render(heat)
+    # the drawn heatmap carries the grid's numbers (rows: layers, columns: positions)
+    assert fig.data[0].type == "heatmap"
+    assert torch.allclose(torch.tensor(fig.data[0].z, dtype=torch.float32).flatten(), heat.values.float().flatten(), atol=1e-6)
+    assert plot.render(scores).data  # the whole result draws through its to_grid()
     back = grafting.ExtractiveScores.load(scores.save(tmp_path / "s.safetensors"))
     assert torch.equal(back.upstream.values, scores.upstream.values)
 

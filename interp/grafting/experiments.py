@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from interp.errors import InterpError
 from interp.grafting.delta import Delta, finetune, parameters
 from interp.grafting.facts import (
     Facts,
@@ -54,12 +55,12 @@ def hop(model, facts: Facts, implications: Facts, *, workdir=None, tag: str = "h
     return out, delta
 
 
-def graft(model, n: int = 20, *, seed: int = 0, workdir=None, progress: bool = True, **train: Any) -> dict[str, Any]:
+def graft(model, n: int = 20, *, assignment_seed: int = 0, workdir=None, progress: bool = True, **train: Any) -> dict[str, Any]:
     """Weight grafting on first-hop facts: Δ facts(1); Δ implications(1) learned on top of it;
     Δ facts(2) for the counterfactual assignment; the control Δ implications(1) learned from the
     base model. graft = base + Δ facts(2) + Δ impl|facts(1), control = base + Δ facts(2) + Δ impl
     (control), both ranked on the set-2 implications (plus base + Δ facts(2) alone)."""
-    one, two = assignments(n, seed)
+    one, two = assignments(n, assignment_seed)
     f1, i1 = first_hop(model, n, assignment=one)
     f2, i2 = first_hop(model, n, assignment=two)
     # the same run as hop() on the first-hop facts of set 1, so one checkpoint file serves both
@@ -80,8 +81,11 @@ def graft(model, n: int = 20, *, seed: int = 0, workdir=None, progress: bool = T
 
 
 def early_late(n_layers: int) -> dict[str, list[int]]:
-    """The paper's split: the last quarter of the layers ("late_only") and the rest ("early_only")."""
-    late = list(range(n_layers - n_layers // 4, n_layers))
+    """The paper's split: the last quarter of the layers ("late_only", at least one) and the rest
+    ("early_only")."""
+    if n_layers < 2:
+        raise InterpError(f"an early/late layer split needs at least 2 layers; the model has {n_layers}")
+    late = list(range(n_layers - max(1, n_layers // 4), n_layers))
     return {"early_only": [l for l in range(n_layers) if l not in late], "late_only": late}
 
 
@@ -98,10 +102,10 @@ def layer_restriction(model, hops: dict[str, tuple[Facts, Facts, Delta]]) -> dic
     return out
 
 
-def layer_split(model, n: int = 20, *, seed: int = 0, workdir=None, progress: bool = True, **train: Any) -> dict[str, Any]:
+def layer_split(model, n: int = 20, *, assignment_seed: int = 0, workdir=None, progress: bool = True, **train: Any) -> dict[str, Any]:
     """Fine-tune facts with only the early layers free (all but the last quarter) or only the last
     quarter; first-hop and second-hop implication ranks (and fact ranks) for each."""
-    one, _ = assignments(n, seed)
+    one, _ = assignments(n, assignment_seed)
     split = early_late(model.cfg.n_layers)
     early, late = split["early_only"], split["late_only"]
     hops = {"first_hop": first_hop(model, n, assignment=one), "second_hop": second_hop(model, n, assignment=one)}

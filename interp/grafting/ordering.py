@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from interp.errors import InterpError
 from interp.grafting.delta import Delta, finetune
 from interp.grafting.facts import Facts, mean_rank
 from interp.model import build_tiny, load
@@ -76,7 +77,13 @@ def data_ordering(*, seeds: Sequence[int] = (0, 1, 2), epochs: int = 60, test_ep
     """Mean test-implication rank after fine-tuning new people's facts, per pretraining order
     (averaged over `seeds`: model init, world and shuffling), with chance and per-seed detail.
     `workdir` keeps the models and every stage's delta, so a rerun resumes."""
-    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="interp-ordering-"))
+    if not list(seeds):
+        raise InterpError("data_ordering needs at least one seed")
+    if workdir is None:  # nothing to resume from: the models and deltas go with the call
+        with tempfile.TemporaryDirectory(prefix="interp-ordering-") as tmp:
+            return data_ordering(seeds=seeds, epochs=epochs, test_epochs=test_epochs, lr=lr, workdir=tmp,
+                                 progress=progress, **world_kw)
+    root = Path(workdir)
     per_seed: dict[str, list[dict[str, float]]] = {o: [] for o in ORDERS}
     for seed in seeds:
         w = world(seed=seed, **world_kw)

@@ -244,7 +244,7 @@ def probe(
 def _relative_group_scores(score: Tensor, group: Tensor, n_groups: int) -> Tensor:
     """[G] mean score of each group over the matrix's mean score (comparable across matrices)."""
     flat, g = score.flatten().float(), group.flatten().long()
-    sums = torch.zeros(n_groups).index_add_(0, g, flat)
+    sums = torch.zeros(n_groups, device=flat.device).index_add_(0, g, flat)
     counts = torch.bincount(g, minlength=n_groups).clamp_min(1)
     return (sums / counts) / flat.mean().clamp_min(1e-30)
 
@@ -261,7 +261,8 @@ def random_like(p: Probe, *, seed: int = 0) -> Probe:
     for n, m in p.masks.items():
         rows = m if p.meta.get("grouping", "row") == "row" else m.reshape(1, -1)
         keep_per_row = rows.sum(1, keepdim=True)  # [rows, 1]
-        order = torch.rand(rows.shape, generator=gen).argsort(1).argsort(1)
+        # drawn on the CPU (one seed gives the same mask on any device), compared where the mask lives
+        order = torch.rand(rows.shape, generator=gen).argsort(1).argsort(1).to(m.device)
         masks[n] = (order >= rows.shape[1] - keep_per_row).reshape(m.shape)  # keep that many, at random
     return _control(p, masks, {"control": "random", "seed": seed})
 
