@@ -197,3 +197,16 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def fill_between(path: str | Path, begin: str, end: str, body: str) -> Path:
+    """Replace the text between the markers `begin` and `end` in the file at `path` with
+    "\n" + body + "\n" (atomically): how the docs' generated tables are refreshed from their JSON."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if begin not in text or end not in text.split(begin, 1)[1]:
+        raise InterpError(f"{path} has no {begin} ... {end} block to fill")
+    head, rest = text.split(begin, 1)
+    tail = rest.split(end, 1)[1]
+    return write_text_atomic(path, f"{head}{begin}\n{body}\n{end}{tail}")
+

@@ -245,3 +245,16 @@ def test_render_draws_a_reduced_grid():
     assert {d.type for d in plot.render(four.mean("seed")).data} == {"heatmap"}
     with pytest.raises(ValueError, match="grid.mean\\('seed'\\)"):
         plot.render(four)
+
+
+def test_fill_between_replaces_only_the_marked_block(tmp_path):
+    from interp.errors import InterpError
+    from interp.storage import fill_between
+
+    doc = tmp_path / "d.md"
+    doc.write_text("intro\n<!-- a -->\nold table\n<!-- b -->\nafter\n")
+    fill_between(doc, "<!-- a -->", "<!-- b -->", "| x |\n|---|\n| 1 |")
+    assert doc.read_text() == "intro\n<!-- a -->\n| x |\n|---|\n| 1 |\n<!-- b -->\nafter\n"
+    with pytest.raises(InterpError, match="no <!-- b --> ... <!-- a --> block"):
+        fill_between(doc, "<!-- b -->", "<!-- a -->", "x")  # markers out of order
+    assert "| 1 |" in doc.read_text()  # a refused fill leaves the file as it was

@@ -30,7 +30,7 @@ from interp.circuits.exact import exact
 from interp.circuits.graph import Graph
 from interp.circuits.pipeline import is_zoo_english, task_for
 from interp.errors import InterpError
-from interp.storage import write_text_atomic
+from interp.storage import fill_between, write_text_atomic
 
 __all__ = ["DEFAULT_MODELS", "demo_section", "head_roles", "model_study", "render", "repro", "write_doc"]
 
@@ -257,12 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_doc(doc: Path, result: dict[str, Any]) -> None:
     """Replace the text between `<!-- RESULTS -->` and `<!-- /RESULTS -->` in `doc` by render(result)."""
-    text = doc.read_text()
-    a, b = "<!-- RESULTS -->", "<!-- /RESULTS -->"
-    if a not in text or b not in text:
-        raise InterpError(f"{doc} has no {a} ... {b} markers to fill")
-    head, rest = text.split(a, 1)
-    write_text_atomic(doc, head + a + "\n" + render(result) + b + rest.split(b, 1)[1])
+    fill_between(doc, "<!-- RESULTS -->", "<!-- /RESULTS -->", render(result).removesuffix("\n"))
 
 
 if __name__ == "__main__":

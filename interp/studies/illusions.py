@@ -212,13 +212,7 @@ def write_doc(doc: str | Path, data: str | Path) -> Path:
     with `markdown` of the JSON `data` (written atomically)."""
     import json
 
-    from interp.errors import InterpError
-    from interp.storage import write_text_atomic
+    from interp.storage import fill_between
 
-    text = Path(doc).read_text()
-    begin, end = "<!-- tables:begin -->", "<!-- tables:end -->"
-    if begin not in text or end not in text:
-        raise InterpError(f"{doc} has no {begin} ... {end} block to fill")
-    head, rest = text.split(begin, 1)
-    tail = rest.split(end, 1)[1]
-    return write_text_atomic(doc, f"{head}{begin}\n{markdown(json.loads(Path(data).read_text()))}\n{end}{tail}")
+    body = markdown(json.loads(Path(data).read_text()))
+    return fill_between(doc, "<!-- tables:begin -->", "<!-- tables:end -->", body)

@@ -268,11 +268,6 @@ BEGIN, END = "<!-- tables: interp.studies.specialization.markdown -->", "<!-- en
 
 def write_doc(result: dict[str, Any], path: str | Path) -> Path:
     """Replace the tables between the markers in docs/specialization.md with `markdown(result)`."""
-    from interp.storage import write_text_atomic
+    from interp.storage import fill_between
 
-    text = Path(path).read_text()
-    if BEGIN not in text or END not in text:
-        raise InterpError(f"{path} has no {BEGIN} ... {END} section to fill")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return write_text_atomic(path, f"{head}{BEGIN}\n\n{markdown(result)}\n{END}{tail}")
+    return fill_between(path, BEGIN, END, "\n" + markdown(result))
