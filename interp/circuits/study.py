@@ -236,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--render", action="store_true", help="only rewrite --doc from --out (no runs)")
     p.add_argument("--benchmark", default=None, help="benchmarks/circuits.py's JSON, stored under 'benchmark' in --out")
     args = p.parse_args(argv)
+    if args.render and not args.doc:
+        p.error("--render rewrites --doc: pass --doc docs/circuits.md")
     out = Path(args.out)
     if args.render:
         res = json.loads(out.read_text())
