@@ -13,7 +13,7 @@ import torch
 import interp
 from interp.cores import extract, gradients, validate
 from interp.steering import Steer, axis_from_core, generate, random_axis
-from interp.studies import ace_real, steer_real
+from interp.studies import ace_real
 from interp.studies import cores as cores_study
 from interp.studies import steering as steering_study
 from interp.tasks import english, markov
@@ -88,22 +88,6 @@ def test_random_axis_flip_does_not_change_number(lm):
     assert judged["random"] <= 1 and judged["core"] >= 8
 
 
-@pytest.mark.parametrize("number, text, verb, pronoun", [
-    ("pl", " are on the table because they fell.", "agree", "agree"),
-    ("pl", " is broken, and it was old", "flip", "flip"),
-    ("sg", " was there. They left", "agree", None),  # only the first sentence is judged
-    ("sg", " sat quietly", None, None),
-    ("sg", " doesn't work; their owner", "agree", "flip"),
-    ("sg", "\n\nThe keys are here", "flip", None),  # leading line breaks are skipped
-])
-def test_real_model_judge(number, text, verb, pronoun):
-    j = steer_real.judge_real(number, text)
-    for what, want in (("verb", verb), ("pronoun", pronoun)):
-        assert j[f"{what}_agrees"] == (want == "agree") and j[f"{what}_flipped"] == (want == "flip")
-    rates = steer_real.rates([number, number], [text, " sat"])
-    assert rates["verb_judged"] == (0.5 if verb else 0.0)
-
-
 def test_smollm2_sva_core_at_the_last_layer_is_necessary_and_sufficient(smollm2):
     models = {"a": smollm2}
     vocab = ace_real.shared_vocabulary(models)
@@ -124,7 +108,7 @@ def test_splice_replaces_only_marked_tables():
     assert out == "intro 1.5\n<!-- table:a -->\n| x |\n|---|\n| 0.250 |\n<!-- /table -->\nmid\n<!-- table:b -->\nkeep\n<!-- /table -->\n"
 
 
-@pytest.mark.parametrize("doc", ["cores", "steering"])
+@pytest.mark.parametrize("doc", ["cores"])  # steering: tests/test_steering_study.py
 def test_doc_tables_are_rendered_from_the_committed_json(doc):
     import json
     from pathlib import Path
@@ -133,7 +117,7 @@ def test_doc_tables_are_rendered_from_the_committed_json(doc):
 
     root = Path(__file__).resolve().parents[1] / "docs"
     result = json.loads((root / f"{doc}_repro.json").read_text())
-    tables = ace_docs.cores_tables(result) if doc == "cores" else {**ace_docs.steering_tables(result), "real_examples": ace_docs.examples(result)}
+    tables = ace_docs.cores_tables(result)
     md = (root / f"{doc}.md").read_text()
     assert ace_docs.splice(md, tables) == md  # the doc already holds exactly what the JSON renders
     assert all(f"<!-- table:{name} -->" in md for name in tables)

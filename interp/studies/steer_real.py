@@ -1,144 +1,283 @@
-"""The SVA core axis flipped in open-ended generation on the real models (SmolLM2-135M, Gemma-3-270M):
-`interp repro steering --model SPEC ...`. Built from public names of `interp.cores`,
-`interp.steering` and `interp.tasks.bpe`.
+"""Prompts, the fit set, the judge and the doc tables of the steering study (`interp.studies.steering`), for the real
+models (SmolLM2-135M, Gemma-3-270M, any BPE model) and the zoo's synthetic English.
 
-The axis is the paper's object: the 1-D ACE core (`interp.cores.extract(k=1)`, balanced truncation
-of the is/are logit difference) at `blocks.L.hook_resid_post`, read at the last prompt token. The
-layer is chosen among a few candidates by the core flip rate on dev prefixes (disjoint from the
-held-out ones). On held-out prefixes ("The keys near the cabinet") greedy continuations are
-generated unsteered, with the core axis flipped at every position, with random directions flipped
-(the control), with a random direction added with either sign at the norm of the mean
-displacement the core flip causes, and with the difference-of-means axis flipped (a comparison).
+Prompts. A subject phrase ending mid-clause ("the keys near the cabinet") after a context frame
+that makes the model go on with a sentence ("According to the report, the keys near the
+cabinet"): bare subject phrases make SmolLM2 continue the noun phrase or open a new line, so the
+judge found a verb in only 8-19 % of them; framed, the next words are the subject's verb. Head
+nouns are split three ways (fit / dev / test, disjoint), attractors are any other noun of either
+number, half the heads singular.
 
-Judge (`judge_real`): word lists, not a grammar. In the continuation's first sentence, the first
-verb form with a number (is/are, was/were, has/have, does/do and their negations) and the first
-personal pronoun with a number (it/its/he/she/... vs they/them/their/...) are compared with the
-number of the prompt's head noun. A flip is a judged word of the opposite number.
+Axes. At `blocks.L.hook_resid_post`: the 1-D ACE core (`interp.cores.extract(k=1)`, balanced
+truncation of the is/are logit difference at the last token of framed fit prompts) and the
+difference of the singular and plural class means of the same prompts.
+
+Judge (`judge`, word lists, whole generation). Number words: the verbs is/are, was/were,
+has/have, does/do (and their negations and contractions) and the personal pronouns
+it/its/he/him/his/she/her/... (singular) and they/them/their/... (plural). A verb right after
+"I", "you", "we", "there", "to" or a modal is not counted (it agrees with that word, or has no
+number). The first counted verb is the subject's verb: it *agrees* or is *flipped*; a
+generation is *judged* when it has one. Over the whole generation, `flip_share` is the fraction
+of all number words (verbs and pronouns) that disagree with the subject's number.
+
+Zoo models speak `interp.tasks.english`: prompts are `english.prefixes`, the fit set `english.sva`
+("sva_id"), and the judge the grammar (`interp.studies.steering.judge_continuation`: every
+generated verb against its own subject).
 """
 
 from __future__ import annotations
 
+import random
 import re
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
-from tqdm.auto import tqdm
+from torch import Tensor
 
-from interp.cores import extract
-from interp.steering import Steer, axis_from_contrast, axis_from_core, generate, last_activations, projection, random_axis
+from interp.errors import InterpError
 from interp.tasks import bpe
 from interp.tasks.base import Task
 
-__all__ = ["PL_PRONOUNS", "PL_VERBS", "SG_PRONOUNS", "SG_VERBS", "judge_real", "rates", "steer_model"]
+__all__ = ["FRAMES", "ace_cores", "PL_PRONOUNS", "PL_VERBS", "SG_PRONOUNS", "SG_VERBS", "SKIP_BEFORE", "doc_tables", "fit_task",
+           "judge", "prompts", "rates", "render", "split_nouns"]
 
-SG_VERBS = frozenset("is was has does isn't wasn't hasn't doesn't".split())
-PL_VERBS = frozenset("are were have do aren't weren't haven't don't".split())
+SG_VERBS = frozenset("is was has does isn't wasn't hasn't doesn't 's".split())
+PL_VERBS = frozenset("are were have do aren't weren't haven't don't 're 've".split())
 SG_PRONOUNS = frozenset("it its itself he him his himself she her hers herself".split())
 PL_PRONOUNS = frozenset("they them their theirs themselves".split())
+# a verb right after one of these agrees with it (I, you, we, there) or carries no number (to, modals)
+SKIP_BEFORE = frozenset("i you we there to will would can could should shall may might must not did "
+                        "didn't won't wouldn't can't couldn't".split())
+
+# context frames that make the continuation a clause whose subject is the phrase
+FRAMES: tuple[str, ...] = (
+    "Here is a short story.\n\nThe {s}",
+    "I walked into the old house and looked around. The {s}",
+    "According to the report, the {s}",
+    "\"Look,\" she said. \"The {s}",
+    "It was late in the evening. The {s}",
+    "In the morning, the {s}",
+)
+PREPOSITIONS = ("near", "behind", "beside", "under", "with", "on", "by", "from")
 
 
-def _first(words: Sequence[str], sg: frozenset, pl: frozenset) -> str | None:
-    for w in words:
-        if w in sg:
-            return "sg"
-        if w in pl:
-            return "pl"
-    return None
+def _words(text: str) -> list[str]:
+    text = text.lower().replace("’", "'")
+    return re.findall(r"[a-z]+n't|[a-z]+|'[a-z]+", text)
 
 
-def judge_real(number: str, completion: str) -> dict[str, Any]:
-    """{"verb": sg/pl/None, "pronoun": sg/pl/None, "verb_flipped", "pronoun_flipped", ...} of a
-    continuation, against the prompt subject's `number` ("sg" / "pl")."""
-    # the model often opens with a line break or a comma; the first sentence is what follows
-    sentence = re.split(r"[.!?\n]", completion.lstrip(" \n\t,;:-"), maxsplit=1)[0].lower().replace("’", "'")
-    words = re.findall(r"[a-z']+", sentence)
-    verb, pron = _first(words, SG_VERBS, PL_VERBS), _first(words, SG_PRONOUNS, PL_PRONOUNS)
-    return {"verb": verb, "pronoun": pron, "verb_agrees": verb == number, "verb_flipped": verb is not None and verb != number,
-            "pronoun_agrees": pron == number, "pronoun_flipped": pron is not None and pron != number}
+def judge(number: str, completion: str) -> dict[str, Any]:
+    """The number words of a whole continuation against the prompt subject's `number` ("sg"/"pl").
+
+    Returns {"verb": "sg"/"pl"/None (the first counted verb), "verb_agrees", "verb_flipped",
+    "pronoun": the first pronoun's number or None, "words": [number of each number word in order],
+    "flip_share": fraction of number words that disagree (None when there are none)}.
+    """
+    if number not in ("sg", "pl"):
+        raise InterpError(f"number must be 'sg' or 'pl', got {number!r}")
+    ws = _words(completion)
+    verb = pron = None
+    found: list[str] = []
+    for i, w in enumerate(ws):
+        prev = ws[i - 1] if i else ""
+        if w in SG_VERBS or w in PL_VERBS:
+            if prev in SKIP_BEFORE or (w.startswith("'") and prev in ("i", "you", "we", "there", "that", "what")):
+                continue
+            n = "sg" if w in SG_VERBS else "pl"
+            verb = verb or n
+        elif w in SG_PRONOUNS or w in PL_PRONOUNS:
+            n = "sg" if w in SG_PRONOUNS else "pl"
+            pron = pron or n
+        else:
+            continue
+        found.append(n)
+    share = None if not found else sum(n != number for n in found) / len(found)
+    return {"verb": verb, "verb_agrees": verb == number, "verb_flipped": verb is not None and verb != number,
+            "pronoun": pron, "words": found, "flip_share": share}
 
 
-def rates(numbers: Sequence[str], completions: Sequence[str]) -> dict[str, float]:
-    """Fractions over all prompts: verb judged / agrees / flipped, pronoun judged / agrees / flipped."""
-    judged = [judge_real(n, c) for n, c in zip(numbers, completions)]
-    k = len(judged)
-    out = {}
-    for what in ("verb", "pronoun"):
-        out[f"{what}_judged"] = sum(j[what] is not None for j in judged) / k
-        out[f"{what}_agree"] = sum(j[f"{what}_agrees"] for j in judged) / k
-        out[f"{what}_flip"] = sum(j[f"{what}_flipped"] for j in judged) / k
-    return out
+def rates(numbers: Sequence[str], completions: Sequence[str]) -> dict[str, float | None]:
+    """Fractions over all prompts: judged (a counted verb), verb_agree, verb_flip, pronoun_judged,
+    and flip_share (mean over generations with any number word; None when none has one)."""
+    if len(numbers) != len(completions) or not numbers:
+        raise InterpError(f"rates needs one number per completion, got {len(numbers)} and {len(completions)}")
+    js = [judge(n, c) for n, c in zip(numbers, completions)]
+    k = len(js)
+    shares = [j["flip_share"] for j in js if j["flip_share"] is not None]
+    return {"judged": sum(j["verb"] is not None for j in js) / k, "verb_agree": sum(j["verb_agrees"] for j in js) / k,
+            "verb_flip": sum(j["verb_flipped"] for j in js) / k,
+            "pronoun_judged": sum(j["pronoun"] is not None for j in js) / k,
+            "flip_share": sum(shares) / len(shares) if shares else None}
 
 
-def _prompts(model, n: int, seed: int, nouns) -> Task:
-    """n pp prompts, half with a same-number attractor, half with an other-number one."""
-    a = bpe.sva(model, n // 2, split="pp_match", seed=seed, nouns=nouns)
-    b = bpe.sva(model, n - n // 2, split="pp_mismatch", seed=seed, nouns=nouns)
-    return a, b
+def split_nouns(model, seed: int = 0) -> dict[str, list[tuple[str, str]]]:
+    """The model's single-token (singular, plural) noun pairs split into disjoint fit / dev / test
+    heads (40 / 20 / 40 %), shuffled with `seed`."""
+    nouns = list(bpe.vocabulary(model)["nouns"])
+    if len(nouns) < 10:
+        raise InterpError(f"only {len(nouns)} single-token noun pairs for this tokenizer; the study needs >= 10")
+    random.Random(f"steer/nouns/{seed}").shuffle(nouns)
+    a, b = int(0.4 * len(nouns)), int(0.6 * len(nouns))
+    return {"fit": nouns[:a], "dev": nouns[a:b], "test": nouns[b:], "all": nouns}
 
 
-def _texts_numbers(parts, exclude: set[str]) -> tuple[list[str], list[str]]:
+def prompts(model, split: str, n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """`n` framed prompts of `split` (fit / dev / test) and each head noun's number; frames cycle,
+    half the heads are plural, attractors half of the same number and half of the other."""
+    if n < 2:
+        raise InterpError(f"n={n}: give at least 2 prompts (one singular, one plural head)")
+    nouns = split_nouns(model, seed)
+    heads, pool = nouns[split], nouns["all"]
+    rng = random.Random(f"steer/prompts/{split}/{seed}")
     texts, numbers = [], []
-    for task in parts:
-        for t, num in zip(task.text, task.meta["number"]):
-            if t not in exclude and t not in texts:
-                texts.append(t)
-                numbers.append(num)
+    for i in range(n):
+        head = heads[i % len(heads)] if i < len(heads) else rng.choice(heads)
+        other = rng.choice([p for p in pool if p != head])
+        number = "pl" if i % 2 else "sg"
+        attractor = other[int(number == "pl") ^ int((i // 2) % 2)]  # same number, then the other
+        subject = f"{head[number == 'pl']} {PREPOSITIONS[rng.randrange(len(PREPOSITIONS))]} the {attractor}"
+        texts.append(FRAMES[(i // 2) % len(FRAMES)].format(s=subject))
+        numbers.append(number)
     return texts, numbers
 
 
-def _fit_task(model, n: int, seed: int, nouns) -> Task:
-    from interp.studies.ace_real import _concat
+def fit_task(model, n: int, seed: int = 0) -> tuple[Task, list[str], list[str]]:
+    """The fit split as an SVA Task for the ACE core (answer " is" / " are" at the last prompt
+    token; corrupt = the head noun's number flipped), with its texts and numbers.
 
-    return _concat(*_prompts(model, n, seed, nouns))
+    Prompts have different token lengths (frames), so rows are right-padded and `answer_pos` is
+    each row's last token: a causal model's activations there do not see the pads."""
+    texts, numbers = prompts(model, "fit", n, seed)
+    tok = model.tokenizer
+    ids = {w: tok.encode(f" {w}", add_special_tokens=False) for w in ("is", "are")}
+    if any(len(v) != 1 for v in ids.values()):
+        raise InterpError(f"' is' / ' are' are not single tokens for this tokenizer ({ids})")
+    clean, corrupt, keep = [], [], []
+    for t, num in zip(texts, numbers):
+        words = t.rsplit(" ", 4)
+        # the head noun is the fourth word from the end: "... {head} {prep} the {attractor}"
+        head = words[-4]
+        pair = next(p for p in split_nouns(model, seed)["fit"] if head in p)
+        swapped = pair[1] if head == pair[0] else pair[0]
+        c = model.to_tokens(t, move_to_device=False)[0]
+        x = model.to_tokens(" ".join([*words[:-4], swapped, *words[-3:]]), move_to_device=False)[0]
+        if len(c) == len(x):
+            clean.append(c), corrupt.append(x), keep.append((t, num))
+    if len(keep) < 2:
+        raise InterpError("fewer than 2 fit prompts keep their length when the head noun's number flips")
+    width = max(len(r) for r in clean)
+    pad = int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id or 0)
 
+    def stack(rows):
+        out = torch.full((len(rows), width), pad, dtype=torch.long)
+        for i, r in enumerate(rows):
+            out[i, :len(r)] = r
+        return out
 
-def steer_model(model, *, layers: Sequence[int] | None = None, n_fit: int = 128, n_dev: int = 32, n_prompts: int = 64,
-                max_new_tokens: int = 12, n_random: int = 3, n_examples: int = 4, progress: bool = True) -> dict[str, Any]:
-    """Core-axis flip rates of one real model on held-out prefixes, beside the controls."""
-    nouns = bpe.vocabulary(model)["nouns"]
-    fit = _fit_task(model, n_fit, 1, nouns)
-    held, held_num = _texts_numbers(_prompts(model, n_prompts, 5, nouns), set(fit.text))
-    dev, dev_num = _texts_numbers(_prompts(model, n_dev, 6, nouns), set(fit.text) | set(held))
-    n = model.cfg.n_layers
-    layers = list(layers) if layers is not None else sorted({n // 2, (2 * n) // 3, (5 * n) // 6})
-    dev_scores, cores = {}, {}
-    for layer in tqdm(layers, desc="steer: choose layer", disable=not progress):
-        site = f"blocks.{layer}.hook_resid_post"
-        cores[layer] = extract(model, fit, site=site, k=1, batch_size=32)
-        gen = generate(model, dev, [Steer(axis_from_core(cores[layer]), "flip")], max_new_tokens=max_new_tokens, record=False)
-        dev_scores[layer] = rates(dev_num, gen.completions)["verb_flip"]
-    layer = max(layers, key=lambda l: (dev_scores[l], -layers.index(l)))
-    core_axis = axis_from_core(cores[layer])
-    site = core_axis.site
-    sg = [t for t, m in zip(fit.text, _numbers(fit, nouns)) if m == "sg"]
-    pl = [t for t, m in zip(fit.text, _numbers(fit, nouns)) if m == "pl"]
-    diff_axis = axis_from_contrast(model, sg, pl, site=site)
-    x = last_activations(model, list(fit.text), site=site)
-    displacement = float(2 * projection(x, core_axis).abs().mean())
-    runs: dict[str, list] = {"unsteered": [], "core_flip": [Steer(core_axis, "flip")], "diff_means_flip": [Steer(diff_axis, "flip")]}
-    for s in range(n_random):
-        runs[f"random_flip_{s}"] = [Steer(random_axis(core_axis, seed=s), "flip")]
-    runs["random_add_pos"] = [Steer(random_axis(core_axis, seed=100), "add", displacement)]
-    runs["random_add_neg"] = [Steer(random_axis(core_axis, seed=100), "add", -displacement)]
-    completions, measured = {}, {}
-    for name, ivs in tqdm(runs.items(), desc="steer: generate", disable=not progress):
-        completions[name] = generate(model, held, ivs, max_new_tokens=max_new_tokens, record=False).completions
-        measured[name] = rates(held_num, completions[name])
-    random_flip = {k: sum(measured[f"random_flip_{s}"][k] for s in range(n_random)) / n_random for k in measured["unsteered"]}
-    random_add = {k: (measured["random_add_pos"][k] + measured["random_add_neg"][k]) / 2 for k in measured["unsteered"]}
-    step = max(1, len(held) // n_examples)
-    return {
-        "site": site, "layers": layers, "dev_verb_flip": {str(l): dev_scores[l] for l in layers},
-        "n_prompts": len(held), "n_dev": len(dev), "n_fit": len(fit), "max_new_tokens": max_new_tokens,
-        "core_flip": measured["core_flip"], "unsteered": measured["unsteered"], "random_flip": random_flip,
-        "random_add": random_add, "diff_means_flip": measured["diff_means_flip"],
-        "core_cosine_diff_means": float(abs(core_axis.direction @ diff_axis.direction)), "displacement": displacement,
-        "examples": [{"prompt": held[i], "number": held_num[i], "unsteered": completions["unsteered"][i],
-                      "core_flip": completions["core_flip"][i], "random_flip": completions["random_flip_0"][i]}
-                     for i in range(0, len(held), step)][:n_examples],
-    }
+    nums = [num for _, num in keep]
+    correct = torch.tensor([ids["is" if m == "sg" else "are"][0] for m in nums])
+    incorrect = torch.tensor([ids["are" if m == "sg" else "is"][0] for m in nums])
+    task = Task("sva_framed", "fit", stack(clean), stack(corrupt), correct, incorrect,
+                torch.tensor([len(r) - 1 for r in clean]), tuple(t for t, _ in keep), seed=seed,
+                meta={"number": nums})
+    return task, [t for t, _ in keep], nums
 
 
-def _numbers(task: Task, nouns) -> list[str]:
-    plural = {p for _, p in nouns}
-    return ["pl" if t.split()[1] in plural else "sg" for t in task.text]
+def ace_cores(model, task: Task, sites: Sequence[str], *, batch_size: int = 16) -> dict[str, Any]:
+    """The 1-D ACE core (`interp.cores.extract(k=1, method="ace")`, metric output) at every site of
+    `sites` from one forward and one backward per batch instead of one per site: the gradient of the
+    summed logit differences reaches every site's activation in the same pass (`interp.run.with_grad`).
+    Equal to calling extract per site (tested); a layer sweep costs one extraction."""
+    from interp import run
+    from interp.cores import linalg
+    from interp.cores.results import Core
+    from interp.metrics import logit_diff
+
+    sites = list(sites)
+    xs: dict[str, list[Tensor]] = {s: [] for s in sites}
+    gs: dict[str, list[Tensor]] = {s: [] for s in sites}
+    dev = torch.device(model.cfg.device)
+    for start in range(0, len(task), batch_size):
+        part = task[start: start + batch_size].to(dev)
+        rows = torch.arange(len(part), device=dev)
+        with torch.enable_grad():
+            logits, found = run.with_grad(model, part.clean, sites, answer_pos=part.answer_pos)
+            metric = logit_diff(logits, part.correct, part.incorrect, part.answer_pos)
+            grads = torch.autograd.grad(metric.sum(), [found[s] for s in sites])
+        for s, g in zip(sites, grads):
+            xs[s].append(found[s][rows, part.answer_pos].detach().float().cpu())
+            gs[s].append(g[rows, part.answer_pos].detach().float().cpu())
+    out = {}
+    for s in sites:
+        x, g = torch.cat(xs[s]), torch.cat(gs[s])
+        ordered, spectrum = linalg.balanced_truncation(x, g)
+        meta = {"task": task.name, "split": task.split, "n": len(task), "positions": "answer_pos",
+                "model": getattr(model.cfg, "model_name", ""), "output": "metric", "seed": 0, "k_rule": "given"}
+        out[s] = Core(ordered[:, :1], x.mean(0), spectrum, s, "ace", meta)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# docs/steering.md's generated blocks, from the study's one JSON
+
+
+def _f(x: Any) -> str:
+    return "–" if x is None else x if isinstance(x, str) else str(x) if isinstance(x, int) else f"{x:.3f}"
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                     + ["| " + " | ".join(_f(c) for c in row) + " |" for row in rows])
+
+
+def _one_line(text: str) -> str:
+    return " ↵ ".join(part.strip() for part in text.strip().split("\n") if part.strip())
+
+
+def doc_tables(result: dict[str, Any]) -> dict[str, str]:
+    """The markdown of each generated block of docs/steering.md (name -> text)."""
+    head = ["model", "run", "layer", "judged", "verb agrees", "verb flipped", "flip share (all number words)",
+            "random, same norm: flipped mean ± std", "random max", "draws", "verdict"]
+    rows, dev, gap, examples = [], [], [], []
+    for spec, v in result["models"].items():
+        u = v["runs"]["unsteered"]
+        rows.append([spec, "unsteered", "–", u["judged"], u["verb_agree"], u["verb_flip"], u["flip_share"], "–", "–", "–", "–"])
+        for a, name in (("core", "core flip"), ("diff", "diff-of-means flip")):
+            r, c = v["runs"][a], v[f"random_{a}"]["verb_flip"]
+            rows.append([spec, name, v["layer"][a], r["judged"], r["verb_agree"], r["verb_flip"], r["flip_share"],
+                         f"{c['mean']:.3f} ± {c['std']:.3f}", c["max"], c["n"], v[f"{a}_verdict"]])
+        for a in ("core", "diff"):
+            dev.append([spec, a, ", ".join(f"L{l}: {_f(s)}" for l, s in v["dev_verb_flip"][a].items()), v["dev_judged"][a]])
+        if "gap" in v:
+            runs = v["runs"]
+            gap.append([spec, runs["core"]["verb_flip"], *[runs[f"core@{s}"]["verb_flip"] for s in v["gap"]],
+                        *[v["gap"][s]["max"] for s in v["gap"]], runs["core_mid"]["verb_flip"], runs["diff"]["verb_flip"],
+                        v["core_flip_by_number"]["sg"], v["core_flip_by_number"]["pl"], v["cosine"]])
+            strengths = list(v["gap"])
+        for e in v["examples"]:
+            examples.append(f"* {spec}, *{_one_line(e['prompt'])}* ({e['number']}): unsteered “{_one_line(e['unsteered'])}” · "
+                            f"core flipped “{_one_line(e['core'])}” · diff flipped “{_one_line(e['diff'])}” · "
+                            f"random “{_one_line(e['random_core_0'])}”")
+    out = {"runs": _table(head, rows),
+           "dev": _table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], dev),
+           "examples": "\n".join(examples)}
+    if gap:
+        out["gap"] = _table(["model", "core s=1", *[f"core s={s}" for s in strengths],
+                             *[f"random max, {s}× norm" for s in strengths], "core through diff midpoint", "diff s=1",
+                             "core s=1, sg heads", "core s=1, pl heads", "abs cos(core, diff)"], gap)
+    b = result["budget"]
+    p = result["provenance"]
+    out["provenance"] = (f"Budget `{b['name']}` ({', '.join(f'{k}={x}' for k, x in b['values'].items())}), "
+                         f"{b['units_done']}/{b['units_total']} units; made {p['date']} at commit `{p['commit']}` on "
+                         f"{p['machine']['cpu']} ({p['machine']['device']}, {p['machine']['torch_threads']} torch threads), "
+                         f"wall {p['wall_s']} s for this run ({p.get('units_run', 0)} units computed in it).")
+    return out
+
+
+def render(doc: str | Path, result: dict[str, Any]) -> None:
+    """Refill each `<!-- table:NAME -->` ... `<!-- /table -->` block of `doc` from `result`."""
+    from interp.storage import fill_between
+
+    for name, body in doc_tables(result).items():
+        fill_between(doc, f"<!-- table:{name} -->", "<!-- /table -->", body)

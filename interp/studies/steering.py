@@ -17,6 +17,8 @@ from tqdm.auto import tqdm
 
 from interp.errors import InterpError
 from interp.results import Grid, Heading, result, stack
+from interp.studies import steer_real
+from interp.studies.steer_real import doc_tables
 from interp.steering import (
     Axis, Generation, Steer, axis_from_contrast, axis_from_core, curve, generate, last_activations, projection,
     random_axis,
@@ -25,7 +27,7 @@ from interp.tasks import english
 
 __all__ = [
     "Comparison", "compare", "core_axis", "demo_section", "dev_prefixes", "head_number", "judge_continuation",
-    "repro", "study", "sva_contrast",
+    "BUDGETS", "DEFAULT_MODELS", "doc_tables", "lever", "repro", "sva_contrast",
 ]
 
 
@@ -131,19 +133,6 @@ def core_axis(model, site: str, exclude: set[str], *, n: int = 256, seed: int = 
     return axis_from_core(cores.extract(model, task, site=site, k=1, method="ace"))
 
 
-def _flip_strength(model, axis: Axis, task) -> float:
-    """Fraction of dev examples whose two-way verb choice inverts under a full flip."""
-    grid = curve(model, task, axis, [1.0], mode="flip", progress=False)
-    return 1.0 - float(grid.values[0, 1])
-
-
-def _rates(prefixes: Sequence[str], gen: Generation) -> dict[str, float]:
-    judged = [judge_continuation(p, c) for p, c in zip(prefixes, gen.completions)]
-    n = len(judged)
-    return {"flip_rate": sum(j["flipped"] for j in judged) / n, "agree_rate": sum(j["agree"] for j in judged) / n,
-            "grammatical_rate": sum(bool(j["pairs"]) and j["terminated"] for j in judged) / n}
-
-
 def dev_prefixes(held_out: Sequence[str], n: int, seed: int) -> list[str]:
     """`n` prefixes drawn like the held-out ones (another seed), none of them held out."""
     held = set(held_out)
@@ -153,118 +142,236 @@ def dev_prefixes(held_out: Sequence[str], n: int, seed: int) -> list[str]:
     return out
 
 
-def study(model, *, n_prefixes: int = 128, n_contrast: int = 512, max_new_tokens: int = 10, seed: int = 0,
-          progress: bool = True) -> dict[str, Any]:
-    """Flip rates of the SVA core axis on held-out prefixes for one model (see `repro`).
+# ---------------------------------------------------------------------------------------------
+# the study: `interp repro steering` (units, budgets; see docs/steering.md)
 
-    The headline is `core_flip_rate`: the 1-D ACE core flipped. The difference-of-means axis of
-    the same site is a comparison (`diff_means_flip_rate`), the random directions are the control.
-    """
-    prefixes = english.prefixes(n_prefixes, seed=seed)
-    held = set(prefixes)
-    sg, pl = sva_contrast(n_contrast, held, seed=seed + 1)
-    dev_task = english.sva(128, split="sva_id", seed=seed + 2)
-    dev_task = dev_task[[i for i, t in enumerate(dev_task.text) if t not in held]]
-    # The site is chosen on dev prefixes by the measured quantity itself: the flip rate of the
-    # core axis in free generation (the next-token verb choice saturates at several sites).
-    dev = dev_prefixes(prefixes, n_prefixes, seed=seed + 3)
-    sites = [f"blocks.{l}.hook_resid_pre" for l in range(1, model.cfg.n_layers)]
-    scores, generation_scores, axes = {}, {}, {}
-    for site in tqdm(sites, desc="choose site", disable=not progress):
-        axes[site] = core_axis(model, site, held)
-        scores[site] = _flip_strength(model, axes[site], dev_task)
-        dev_gen = generate(model, dev, [Steer(axes[site], "flip")], max_new_tokens=max_new_tokens, record=False)
-        generation_scores[site] = _rates(dev, dev_gen)["flip_rate"]
-    site = max(sites, key=lambda s: (generation_scores[s], scores[s], -sites.index(s)))
-    core = axes[site]
-    diff = axis_from_contrast(model, sg, pl, site=site)
-    # equal norm: the random direction is added with the mean displacement a core flip causes (2 |c|)
-    x = torch.cat([last_activations(model, sg, site=site), last_activations(model, pl, site=site)])
-    displacement = float(2 * projection(x, core).abs().mean())
-    runs = {
-        "unsteered": [],
-        "core": [Steer(core, "flip")],
-        "diff_means": [Steer(diff, "flip")],
-        "control_add": [Steer(random_axis(core, seed=seed), "add", displacement)],
-        "control_add_neg": [Steer(random_axis(core, seed=seed), "add", -displacement)],
-        **{f"control_flip_{i}": [Steer(random_axis(core, seed=seed + 1 + i), "flip")] for i in range(3)},
+STUDY, VERSION = "steering", 1
+DEFAULT_MODELS = ("zoo:lm-gpt2", "zoo:lm-llama", "zoo:lm-gemma2", "zoo:lm-qwen2", "smollm2-135m", "gemma3-270m")
+# layers "all": every block's resid_post. The paper gives no prompt counts for its steering runs, so
+# "paper" is this study's full budget and paper_fraction is n_test / its n_test.
+BUDGETS: dict[str, dict[str, Any]] = {
+    "quick": {"n_fit": 32, "n_dev": 6, "n_test": 8, "dev_tokens": 6, "test_tokens": 14, "draws": 2, "layers": "all",
+              "gap_strengths": [1.5, 2.0], "gen_batch": 32, "seed": 0},
+    "cpu": {"n_fit": 64, "n_dev": 16, "n_test": 20, "dev_tokens": 8, "test_tokens": 14, "draws": 20, "layers": "all",
+            "gap_strengths": [1.5, 2.0], "gen_batch": 20, "seed": 0},
+    "paper": {"n_fit": 256, "n_dev": 64, "n_test": 256, "dev_tokens": 24, "test_tokens": 32, "draws": 20,
+              "layers": "all", "gap_strengths": [1.5, 2.0], "gen_batch": 32, "seed": 0},
+}
+
+
+class _Zoo:
+    """The zoo's synthetic English: english.prefixes, the sva_id fit set, the grammar judge."""
+
+    def __init__(self, model, b: dict[str, Any]):
+        self.model, self.seed, self.b = model, b["seed"], b
+
+    def prompts(self, split: str, n: int) -> tuple[list[str], list[str]]:
+        test = english.prefixes(n, seed=self.seed)
+        texts = test if split == "test" else dev_prefixes(english.prefixes(self.b["n_test"], seed=self.seed), n,
+                                                          seed=self.seed + 3)
+        return texts, [head_number(t) for t in texts]
+
+    def fit(self, n: int):
+        held = set(self.prompts("test", self.b["n_test"])[0]) | set(self.prompts("dev", self.b["n_dev"])[0])
+        task = english.sva(n, split="sva_id", seed=self.seed + 11)
+        task = task[[i for i, t in enumerate(task.text) if t not in held]]
+        return task, list(task.text), [head_number(t) for t in task.text]
+
+    def rates(self, texts: Sequence[str], numbers: Sequence[str], completions: Sequence[str]) -> dict[str, Any]:
+        js = [judge_continuation(p, c)["pairs"] for p, c in zip(texts, completions)]
+        k, shares = len(js), [sum(not ok for *_, ok in p) / len(p) for p in js if p]
+        return {"judged": sum(bool(p) for p in js) / k, "verb_agree": sum(bool(p) and p[0][2] for p in js) / k,
+                "verb_flip": sum(bool(p) and not p[0][2] for p in js) / k, "pronoun_judged": 0.0,
+                "flip_share": sum(shares) / len(shares) if shares else None}
+
+
+class _Real:
+    """A BPE model: framed prompts, the is/are fit Task, the word-list judge (interp.studies.steer_real)."""
+
+    def __init__(self, model, b: dict[str, Any]):
+        self.model, self.seed = model, b["seed"]
+
+    def prompts(self, split: str, n: int) -> tuple[list[str], list[str]]:
+        return steer_real.prompts(self.model, split, n, self.seed)
+
+    def fit(self, n: int):
+        return steer_real.fit_task(self.model, n, self.seed)
+
+    def rates(self, texts, numbers, completions) -> dict[str, Any]:
+        return steer_real.rates(numbers, completions)
+
+
+def _site(layer: int) -> str:
+    return f"blocks.{layer}.hook_resid_post"
+
+
+class _Model:
+    """One model of the study: its language, its axes per layer (cached), batched generation."""
+
+    def __init__(self, spec: str, b: dict[str, Any]):
+        from interp.model import load
+
+        self.spec, self.b = spec, b
+        self.model = load(spec)
+        self.lang = (_Zoo if spec.startswith("zoo:") else _Real)(self.model, b)
+        n = self.model.cfg.n_layers
+        self.layers = list(range(n)) if b["layers"] == "all" else [int(l) for l in b["layers"]]
+        if not self.layers or not all(0 <= l < n for l in self.layers):
+            raise InterpError(f"layers={b['layers']!r}: give 'all' or layers in 0..{n - 1} for {spec}")
+        self._fit, self._axes, self.seconds = None, {}, 0.0
+
+    def axes(self, layer: int) -> dict[str, Any]:
+        """{"core": Axis, "diff": Axis, "displacement": {axis: mean 2|c| over the fit set}, "cosine"}."""
+        if layer not in self._axes:
+            if self._fit is None:  # the fit set and every layer's core at once (one backward, not one per layer)
+                self._fit = self.lang.fit(self.b["n_fit"])
+                self._cores = steer_real.ace_cores(self.model, self._fit[0], [_site(l) for l in self.layers])
+            task, texts, numbers = self._fit
+            site = _site(layer)
+            core = axis_from_core(self._cores[site])
+            diff = axis_from_contrast(self.model, [t for t, m in zip(texts, numbers) if m == "sg"],
+                                      [t for t, m in zip(texts, numbers) if m == "pl"], site=site)
+            x = last_activations(self.model, texts, site=site)
+            self._axes[layer] = {"core": core, "diff": diff, "cosine": float(abs(core.direction @ diff.direction)),
+                                 "displacement": {a: float(2 * projection(x, ax).abs().mean()) for a, ax in
+                                                  (("core", core), ("diff", diff))}}
+        return self._axes[layer]
+
+    def generate(self, texts: Sequence[str], steers: list[Steer], tokens: int) -> list[str]:
+        out: list[str] = []
+        for i in range(0, len(texts), self.b["gen_batch"]):
+            out += generate(self.model, texts[i: i + self.b["gen_batch"]], steers, max_new_tokens=tokens,
+                            record=False).completions
+        return out
+
+
+def _steers(m: _Model, run: str, layer: int | None) -> list[Steer]:
+    """The interventions of one test run: "unsteered", "core" / "diff" (flip), "core@S" (flip at
+    strength S), "core_mid" (the core direction reflected through the diff axis's class midpoint),
+    "random_core_I" / "random_diff_I" (a random unit direction added with the norm of that axis's mean
+    flip displacement, sign alternating with I), "random_core_xS_I" (the same at S times the norm)."""
+    if run == "unsteered":
+        return []
+    ax = m.axes(layer)
+    if run.startswith("random_"):
+        parts = run.split("_")
+        which, draw = parts[1], int(parts[-1])
+        scale = float(parts[2][1:]) if len(parts) == 4 else 1.0
+        sign = 1.0 if draw % 2 == 0 else -1.0
+        return [Steer(random_axis(ax[which], seed=1000 + draw), "add", sign * scale * ax["displacement"][which])]
+    if run == "core_mid":
+        core = ax["core"]
+        return [Steer(Axis(core.direction, ax["diff"].mean, core.site, meta={"method": "core at diff midpoint"}), "flip")]
+    name, _, strength = run.partition("@")
+    return [Steer(ax[name], "flip", float(strength or 1.0))]
+
+
+def _unit(units, m: _Model, kind: str, run: str, layer: int | None) -> dict[str, Any]:
+    b = m.b
+    n, tokens = (b["n_dev"], b["dev_tokens"]) if kind == "dev" else (b["n_test"], b["test_tokens"])
+    config = {"model": m.spec, "kind": kind, "run": run, "layer": layer, "n": n, "tokens": tokens, "n_fit": b["n_fit"],
+              "seed": b["seed"]}
+
+    def compute() -> dict[str, Any]:
+        texts, numbers = m.lang.prompts(kind, n)
+        completions = m.generate(texts, _steers(m, run, layer), tokens)
+        out = {**m.lang.rates(texts, numbers, completions), "completions": completions}
+        if layer is not None:
+            ax = m.axes(layer)
+            out.update(cosine=ax["cosine"], displacement=ax["displacement"])
+        return out
+
+    out = units.run(config, compute)
+    m.seconds += units.store.get(units.key(config)).get("seconds", 0.0)  # whichever run computed it
+    return out
+
+
+def _n_test_runs(b: dict[str, Any], zoo: bool) -> int:
+    return 3 + 2 * b["draws"] + (len(b["gap_strengths"]) * (1 + b["draws"]) + 1 if zoo else 0)
+
+
+def _work(b: dict[str, Any], n_layers: int, zoo: bool) -> int:
+    """Generated token-rows of a budget (what the study's time scales with)."""
+    return 2 * n_layers * b["n_dev"] * b["dev_tokens"] + _n_test_runs(b, zoo) * b["n_test"] * b["test_tokens"]
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    t = torch.tensor(values, dtype=torch.float64)
+    return {"n": len(values), "mean": float(t.mean()), "std": float(t.std()) if len(values) > 1 else 0.0,
+            "min": float(t.min()), "max": float(t.max())}
+
+
+def lever(flip: float, unsteered: float, randoms: list[float]) -> str:
+    """"lever": the axis flips at least half the prompts and more than every random draw and the
+    unsteered model; "weak": more than every draw and unsteered, but under half; else "not a lever"."""
+    above = flip > max(randoms, default=0.0) and flip > unsteered
+    return "lever" if above and flip >= 0.5 else "weak" if above else "not a lever"
+
+
+def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
+    b = m.b
+    dev = {a: {l: _unit(units, m, "dev", a, l) for l in tqdm(m.layers, desc=f"{m.spec}: dev {a}", disable=not progress)}
+           for a in ("core", "diff")}
+    best = {a: max(m.layers, key=lambda l: (dev[a][l]["verb_flip"], -l)) for a in ("core", "diff")}
+    runs = [("unsteered", None)] + [(a, best[a]) for a in ("core", "diff")]
+    runs += [(f"random_{a}_{i}", best[a]) for a in ("core", "diff") for i in range(b["draws"])]
+    if m.spec.startswith("zoo:"):  # the zoo's 0.72-vs-1.00 gap: strength and centre of the core flip
+        runs += [(f"core@{s:g}", best["core"]) for s in b["gap_strengths"]] + [("core_mid", best["core"])]
+        runs += [(f"random_core_x{s:g}_{i}", best["core"]) for s in b["gap_strengths"] for i in range(b["draws"])]
+    test = {r: _unit(units, m, "test", r, l) for r, l in tqdm(runs, desc=f"{m.spec}: test", disable=not progress)}
+    texts, numbers = m.lang.prompts("test", b["n_test"])
+    keys = ("judged", "verb_agree", "verb_flip", "pronoun_judged", "flip_share")
+    out: dict[str, Any] = {
+        "n_layers": m.model.cfg.n_layers, "n_dev": b["n_dev"], "n_test": b["n_test"],
+        "dev_verb_flip": {a: {str(l): dev[a][l]["verb_flip"] for l in m.layers} for a in dev},
+        "dev_judged": {a: min(dev[a][l]["judged"] for l in m.layers) for a in dev},
+        "layer": {a: best[a] for a in best}, "site": {a: f"blocks.{best[a]}.hook_resid_post" for a in best},
+        "cosine": test["core"]["cosine"], "displacement": {a: test[a]["displacement"][a] for a in best},
+        "runs": {r: {k: test[r][k] for k in keys} for r in test if not r.startswith("random_")},
     }
-    rates = {}
-    for name, ivs in tqdm(runs.items(), desc="generate", disable=not progress):
-        rates[name] = _rates(prefixes, generate(model, prefixes, ivs, max_new_tokens=max_new_tokens, record=False))
-
-    def mean(names: list[str], key: str) -> float:
-        return sum(rates[n][key] for n in names) / len(names)
-
-    adds, flips = ["control_add", "control_add_neg"], [f"control_flip_{i}" for i in range(3)]
-    return {
-        "site": site, "site_scores": scores, "site_generation_scores": generation_scores, "n": len(prefixes),
-        "n_contrast": len(sg) + len(pl), "core_source": "interp.cores.extract(method='ace', k=1)",
-        "core_flip_rate": rates["core"]["flip_rate"], "core_grammatical_rate": rates["core"]["grammatical_rate"],
-        "diff_means_flip_rate": rates["diff_means"]["flip_rate"], "diff_means_grammatical_rate": rates["diff_means"]["grammatical_rate"],
-        "core_cosine": float(abs(core.direction @ diff.direction)),
-        "control_flip_rate": mean(adds, "flip_rate"), "control_grammatical_rate": mean(adds, "grammatical_rate"),
-        "control_norm": displacement,
-        "random_flip_control_rate": mean(flips, "flip_rate"),
-        "random_flip_control_max": max(rates[n]["flip_rate"] for n in flips),
-        "unsteered_agree_rate": rates["unsteered"]["agree_rate"],
-        "unsteered_flip_rate": rates["unsteered"]["flip_rate"],
-        "unsteered_grammatical_rate": rates["unsteered"]["grammatical_rate"],
-        "separation": diff.meta["separation"], "proj_std": diff.proj_std,
-    }
+    for a in ("core", "diff"):
+        flips = [test[f"random_{a}_{i}"]["verb_flip"] for i in range(b["draws"])]
+        out[f"random_{a}"] = {"verb_flip": _spread(flips), "judged": _spread([test[f"random_{a}_{i}"]["judged"]
+                                                                            for i in range(b["draws"])])}
+        out[f"{a}_verdict"] = lever(test[a]["verb_flip"], test["unsteered"]["verb_flip"], flips)
+    if m.spec.startswith("zoo:"):
+        out["gap"] = {f"{s:g}": _spread([test[f"random_core_x{s:g}_{i}"]["verb_flip"] for i in range(b["draws"])])
+                      for s in b["gap_strengths"]}
+        for number in ("sg", "pl"):  # the core flip by the head noun's number
+            rows = [i for i, n in enumerate(numbers) if n == number]
+            out.setdefault("core_flip_by_number", {})[number] = m.lang.rates(
+                [texts[i] for i in rows], [numbers[i] for i in rows], [test["core"]["completions"][i] for i in rows])["verb_flip"]
+    # time: the stored units' compute seconds, scaled to the paper budget by generated token-rows
+    out["unit_seconds"] = round(m.seconds, 1)
+    zoo = m.spec.startswith("zoo:")
+    out["paper_seconds_estimate"] = round(m.seconds * _work(BUDGETS["paper"], len(m.layers), zoo) / _work(b, len(m.layers), zoo))
+    step = max(1, len(texts) // 4)
+    out["examples"] = [{"prompt": texts[i], "number": numbers[i], **{r: test[r]["completions"][i] for r in
+                                                                     ("unsteered", "core", "diff", "random_core_0")}}
+                       for i in range(0, len(texts), step)][:4]
+    return out
 
 
-def _core_axes_alignment(models: dict[str, Any], sites: dict[str, str], held: set[str]) -> dict[str, Any]:
-    """The families' core axes aligned on matched sva_id prompts (last token), beside controls:
-    shuffled prompts, prompts shuffled within one head-noun number, random directions."""
-    from interp.studies.ace_real import alignment_with_controls
-
-    prompts = [t for t in english.sva(256, split="sva_id", seed=21).text if t not in held]
-    labels = torch.tensor([int(head_number(t) == "pl") for t in prompts])
-    axes = {f: core_axis(m, sites[f], held) for f, m in models.items()}
-    z = {f: projection(last_activations(models[f], prompts, site=sites[f]), axes[f])[:, None] for f in models}
-    rand = {f: [projection(last_activations(models[f], prompts, site=sites[f]), random_axis(axes[f], seed=50 + i))[:, None]
-                for i in range(3)] for f in models}
-    return {f"{a}->{b}": alignment_with_controls(z[a], z[b], labels, random_za=rand[a], random_zb=rand[b])
-            for a in models for b in models if a != b}
-
-
-def repro(progress: bool = True, models: list[str] | None = None) -> dict[str, Any]:
-    """`interp repro steering`: the SVA core axis flipped during free generation.
-
-    Zoo decoder families (the default, plus the two real models): for each, the 1-D ACE core at the
-    resid_pre site whose core flip best inverts the verbs of free generation on dev prefixes
-    (disjoint from the held-out ones); greedy continuations of held-out prefixes unsteered, with
-    the core axis flipped, with the difference-of-means axis flipped (comparison), with random
-    directions added at equal norm (either sign) and flipped (controls); every generated verb
-    judged with the grammar. The core axes are then aligned across families against shuffled
-    and random controls. Real models (`smollm2-135m`, `gemma3-270m`, any non-zoo spec) run
-    `interp.studies.steer_real.steer_model` (judged with word lists). Zoo families not shipped
-    are listed under "missing".
-    """
-    from interp.model import DECODER_FAMILIES, ZOO_DIR, load
-    from interp.studies.ace_real import REAL_MODELS
-    from interp.studies.steer_real import steer_model
+def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
+          overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
+    """`interp repro steering`: per model, the ACE core axis and the difference-of-means axis at
+    every layer's resid_post, flipped during greedy generation of dev prompts; the layer that flips
+    the first verb most often on dev is read on held-out test prompts beside the unsteered model and
+    `draws` random directions added at each axis's own flip displacement. Zoo models also run the
+    core flip at higher strengths and re-centred (their controls too). Units: one per (model, split,
+    run, layer), stored under `units` (default $INTERP_CACHE/studies/steering); a rerun resumes."""
+    from interp.studies.units import Units, budget as resolve, budget_record, provenance
 
     start = time.perf_counter()
-    specs = list(models) if models is not None else [f"zoo:lm-{f}" for f in DECODER_FAMILIES] + list(REAL_MODELS)
-    out: dict[str, Any] = {"families": {}, "missing": [], "real": {}}
-    zoo_models = {}
-    for spec in tqdm(specs, desc="steering: models", disable=not progress):
-        if spec.startswith("zoo:"):
-            name = spec.removeprefix("zoo:")
-            if not (ZOO_DIR / name / "config.json").exists():
-                out["missing"].append(name)
-                continue
-            family = name.removeprefix("lm-")
-            zoo_models[family] = load(spec)
-            out["families"][family] = study(zoo_models[family], progress=progress)
-        else:
-            out["real"][spec] = steer_model(load(spec), progress=progress)
-    if len(zoo_models) > 1:
-        held = set(english.prefixes(128, seed=0))
-        out["core_axis_alignment"] = _core_axes_alignment(zoo_models, {f: v["site"] for f, v in out["families"].items()}, held)
-    out["seconds"] = time.perf_counter() - start
+    b = resolve(BUDGETS, budget, overrides)
+    store = Units(STUDY, units, version=VERSION)
+    out: dict[str, Any] = {"models": {}}
+    for spec in (list(models) if models else list(DEFAULT_MODELS)):
+        out["models"][spec] = _model_result(store, _Model(spec, b), progress)
+    total = sum(len(v["dev_verb_flip"]["core"]) * 2 + _n_test_runs(b, s.startswith("zoo:")) for s, v in out["models"].items())
+    fraction = b["n_test"] / BUDGETS["paper"]["n_test"]
+    out["budget"] = budget_record(budget, b, fraction, total, total)
+    out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, total, total, units_run=store.ran)
     return out
 
 
