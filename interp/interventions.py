@@ -187,7 +187,8 @@ class Mask:
     """act * m + ref * (1 - m) at one site: exact at m = 1 (unchanged) and m = 0 (ablated).
 
     `mask` is [head] on a per-head site ([batch, pos, head, d_head]) or a 0-d value on any other
-    site; it may require grad (learned masks). `reference` is what m = 0 means.
+    site; with a leading batch axis ([batch, head], [batch]) each input row has its own mask (many
+    masks learned in one forward). It may require grad (learned masks). `reference` is what m = 0 means.
     """
 
     site: str
@@ -198,10 +199,11 @@ class Mask:
     def __post_init__(self) -> None:
         object.__setattr__(self, "site", hook_name(self.site, self.layer))
         per_head = kind_of(self.site) in ("head", "pattern")
-        if per_head and self.mask.ndim != 1:
-            raise InterpError(f"a mask on {self.site} is one value per head ([head]), got shape {tuple(self.mask.shape)}")
-        if not per_head and self.mask.numel() != 1:
-            raise InterpError(f"a mask on {self.site} is one value (0-d), got shape {tuple(self.mask.shape)}")
+        if per_head and self.mask.ndim not in (1, 2):
+            raise InterpError(f"a mask on {self.site} is one value per head ([head], or [batch, head] per row), "
+                              f"got shape {tuple(self.mask.shape)}")
+        if not per_head and not (self.mask.numel() == 1 or self.mask.ndim == 1):
+            raise InterpError(f"a mask on {self.site} is one value (0-d, or [batch] per row), got shape {tuple(self.mask.shape)}")
 
     @classmethod
     def ablate(cls, site: str, heads=None, reference: Reference | None = None, *, n_heads: int | None = None,
@@ -230,16 +232,21 @@ class Mask:
 
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
         ref = self.reference.like(act, start, position_axis(self.site)).to(act)
-        if kind_of(self.site) == "pattern":  # [batch, head, dest, src]
-            if self.mask.shape != (act.shape[1],):
-                raise InterpError(f"head mask has shape {tuple(self.mask.shape)} but {site} has {act.shape[1]} heads {tuple(act.shape)}")
-            m = self.mask.to(act)[:, None, None]
-        elif kind_of(self.site) == "head":
-            if self.mask.shape != (act.shape[2],):
-                raise InterpError(f"head mask has shape {tuple(self.mask.shape)} but {site} has {act.shape[2]} heads {tuple(act.shape)}")
-            m = self.mask.to(act)[:, None]  # [head, 1] against [..., head, d_head]
+        kind = kind_of(self.site)
+        rows = self.mask.ndim == (2 if kind in ("head", "pattern") else 1)
+        if rows and self.mask.shape[0] != act.shape[0]:
+            raise InterpError(f"per-row mask has {self.mask.shape[0]} rows but the activation at {site} has {act.shape[0]}")
+        m = self.mask.to(act)
+        if kind in ("head", "pattern"):
+            heads = act.shape[1 if kind == "pattern" else 2]
+            if m.shape[-1] != heads:
+                raise InterpError(f"head mask has shape {tuple(self.mask.shape)} but {site} has {heads} heads {tuple(act.shape)}")
+            if kind == "pattern":  # [batch, head, dest, src]
+                m = m[..., None, None]
+            else:  # [batch, pos, head, d_head]
+                m = m[:, None, :, None] if rows else m[:, None]
         else:
-            m = self.mask.to(act).reshape(())
+            m = m.view(-1, *[1] * (act.ndim - 1)) if rows else m.reshape(())
         return act * m + ref * (1 - m)
 
 

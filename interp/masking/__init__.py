@@ -33,7 +33,7 @@ training) are options: see `learn_mask`.
 """
 
 
-from interp.masking.learn import learn_mask, subnetworks
+from interp.masking.learn import learn_mask, learn_masks, subnetworks
 from interp.masking.mask import HeadMask, ablation_scan, apply, interventions, references, sites
 from interp.masking.subnets import (
     EffectiveSize, Study, core_baseline, effective_size, evaluate, heuristic_core, overlap, random_like, smallest_within, study,
@@ -41,6 +41,6 @@ from interp.masking.subnets import (
 
 __all__ = [
     "EffectiveSize", "HeadMask", "Study", "ablation_scan", "apply", "core_baseline", "effective_size", "evaluate",
-    "heuristic_core", "interventions", "learn_mask", "overlap", "random_like", "references", "sites",
+    "heuristic_core", "interventions", "learn_mask", "learn_masks", "overlap", "random_like", "references", "sites",
     "smallest_within", "study", "subnetworks",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any, Literal, Sequence
 
 import torch
@@ -13,12 +14,13 @@ from tqdm.auto import tqdm
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import check_head, check_layer
+from interp.hooks import check_head, check_layer, hooks
 from interp.interventions import Ablation
+from interp.storage import atomic_path
 from interp.masking.mask import HeadMask, MeanOver, check_task, default_reference, interventions, references, sites
 from interp.tasks.base import Task
 
-__all__ = ["deterministic_gates", "hard_concrete_sample", "learn_mask", "prob_nonzero", "subnetworks"]
+__all__ = ["deterministic_gates", "hard_concrete", "hard_concrete_sample", "learn_mask", "learn_masks", "prob_nonzero", "subnetworks"]
 
 # hard-concrete constants (Louizos et al. 2018, as in CoFiPruning)
 LIMIT_L, LIMIT_R, BETA, EPS = -0.1, 1.1, 2.0 / 3.0, 1e-6
@@ -29,11 +31,16 @@ OPTIMIZERS = ("adam", "adamw")
 # -- hard-concrete gates (pure functions of log_alpha)
 
 
-def hard_concrete_sample(log_alpha: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """One stretched-and-clamped hard-concrete sample per gate, differentiable in log_alpha."""
-    u = torch.rand(log_alpha.shape, generator=generator).clamp(EPS, 1 - EPS)
+def hard_concrete(log_alpha: Tensor, u: Tensor) -> Tensor:
+    """The stretched-and-clamped hard-concrete gate for uniform noise `u`, differentiable in log_alpha."""
+    u = u.clamp(EPS, 1 - EPS)
     s = torch.sigmoid((u.log() - (1 - u).log() + log_alpha) / BETA)
     return (s * (LIMIT_R - LIMIT_L) + LIMIT_L).clamp(0.0, 1.0)
+
+
+def hard_concrete_sample(log_alpha: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """One hard-concrete sample per gate (`hard_concrete` of fresh uniform noise)."""
+    return hard_concrete(log_alpha, torch.rand(log_alpha.shape, generator=generator))
 
 
 def prob_nonzero(log_alpha: Tensor) -> Tensor:
@@ -49,6 +56,15 @@ def deterministic_gates(log_alpha: Tensor, n_zeros: int) -> Tensor:
     if n_zeros > 0:
         soft[soft.argsort()[:n_zeros]] = 0.0
     return (soft > 0).float()
+
+
+def _answer_only(positions: Tensor):
+    """unembed.hook_in: keep one position per row, so the unembedding runs only where the loss reads."""
+
+    def hook_fn(act: Tensor, *, hook) -> Tensor:
+        return act[torch.arange(act.shape[0], device=act.device), positions.to(act.device)][:, None]
+
+    return hook_fn
 
 
 def _unit_index(model, units: Sequence[tuple[int, int | str]], include_mlps: bool, what: str) -> list[int]:
@@ -68,12 +84,44 @@ def _unit_index(model, units: Sequence[tuple[int, int | str]], include_mlps: boo
     return out
 
 
-def learn_mask(
+def _check_options(sparsities: Sequence[float], seeds: Sequence[int], sparsity_from: str, optimizer: str,
+                   warmup: float, steps: int, batch_size: int, lr: float, weight_decay: float) -> None:
+    if not seeds:
+        raise InterpError("learn_masks needs at least one seed")
+    if len(sparsities) != len(seeds):
+        raise InterpError(f"{len(sparsities)} sparsities for {len(seeds)} seeds: give one sparsity, or one per seed")
+    for sparsity in sparsities:
+        if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0.0 <= sparsity < 1.0:
+            raise InterpError(f"sparsity={sparsity!r} must lie in [0, 1): the fraction of units to switch off")
+    for seed in seeds:
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InterpError(f"seed={seed!r} must be an int")
+    if sparsity_from not in SPARSITY_FROM:
+        raise InterpError(f"sparsity_from={sparsity_from!r} is not one of {SPARSITY_FROM}")
+    if optimizer not in OPTIMIZERS:
+        raise InterpError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
+    if not 0.0 <= warmup <= 1.0:
+        raise InterpError(f"warmup={warmup} must lie in [0, 1]: the fraction of steps over which the target ramps up")
+    if steps < 1 or batch_size < 1:
+        raise InterpError(f"steps={steps} and batch_size={batch_size} must be >= 1")
+    if optimizer == "adamw" and lr * weight_decay >= 1.0:
+        raise InterpError(f"lr * weight_decay = {lr * weight_decay:g} must be < 1: AdamW multiplies log_alpha by "
+                          f"(1 - lr * weight_decay) each step, which would flip its sign (use more steps or less decay)")
+
+
+def learn_mask(model, task: Task, *, sparsity: float, seed: int = 0, **kwargs: Any) -> HeadMask:
+    """Learn a binary mask at `sparsity` (fraction of units off) keeping the model's behaviour on
+    `task`, with hard-concrete (L0) gates as in CoFiPruning / Bhaskar et al. 2024: `learn_masks`
+    with one seed (every option is documented there)."""
+    return learn_masks(model, task, sparsity=sparsity, seeds=[seed], **kwargs)[0]
+
+
+def learn_masks(
     model,
     task: Task,
     *,
-    sparsity: float,
-    seed: int = 0,
+    sparsity: float | Sequence[float],
+    seeds: Sequence[int],
     steps: int = 200,
     include_mlps: bool = True,
     force_on: Sequence[tuple[int, int | str]] = (),
@@ -87,10 +135,17 @@ def learn_mask(
     lr: float = 0.2,
     reg_lr: float = 0.5,
     warmup: float = 0.6,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 500,
     progress: bool = True,
-) -> HeadMask:
-    """Learn a binary mask at `sparsity` (fraction of units off) keeping the model's behaviour on
-    `task`, with hard-concrete (L0) gates as in CoFiPruning / Bhaskar et al. 2024.
+) -> list[HeadMask]:
+    """Learn one binary mask per seed (`sparsity`: one target for all, or one per seed) in ONE
+    batched forward per step: the gates are stacked [seed, unit], each seed draws its own batch rows
+    and gate noise from its own generator (`torch.Generator().manual_seed(seed)`, in the order a
+    lone run draws them) and its rows are masked by its own gates (`interp.interventions.Mask` with
+    a per-row mask); its loss, multipliers and optimizer state are its own (every optimizer here is
+    elementwise), so each mask equals the one `learn_mask(seed=s)` learns alone, to float tolerance
+    (tests/test_masking.py). On a small model a step costs little more for 12 seeds than for one.
 
     The target sparsity ramps linearly from 0 over the first `warmup` fraction of `steps`, then
     holds. `force_on` / `force_off` pin units: (layer, head), or (layer, "mlp"). Masked units are
@@ -112,23 +167,18 @@ def learn_mask(
     fewer steps keeps that product by raising `weight_decay` (as `interp.studies.heuristic_core` does).
     The decay acts on log_alpha only, never on the Lagrange multipliers (as the official code), and
     `lr * weight_decay` must stay below 1, or a step would flip log_alpha's sign.
+
+    `checkpoint`: a file the state (gates, multipliers, optimizer, generators, history) is written
+    to atomically every `checkpoint_every` steps; a run given the same file and options resumes
+    from it and ends with the same masks as an uninterrupted run. The caller removes it when done.
     """
     check_task(task)
-    if isinstance(sparsity, bool) or not isinstance(sparsity, (int, float)) or not 0.0 <= sparsity < 1.0:
-        raise InterpError(f"sparsity={sparsity!r} must lie in [0, 1): the fraction of units to switch off")
-    if sparsity_from not in SPARSITY_FROM:
-        raise InterpError(f"sparsity_from={sparsity_from!r} is not one of {SPARSITY_FROM}")
-    if optimizer not in OPTIMIZERS:
-        raise InterpError(f"optimizer={optimizer!r} is not one of {OPTIMIZERS}")
-    if not 0.0 <= warmup <= 1.0:
-        raise InterpError(f"warmup={warmup} must lie in [0, 1]: the fraction of steps over which the target ramps up")
-    if steps < 1 or batch_size < 1:
-        raise InterpError(f"steps={steps} and batch_size={batch_size} must be >= 1")
-    if optimizer == "adamw" and lr * weight_decay >= 1.0:
-        raise InterpError(f"lr * weight_decay = {lr * weight_decay:g} must be < 1: AdamW multiplies log_alpha by "
-                          f"(1 - lr * weight_decay) each step, which would flip its sign (use more steps or less decay)")
+    seeds = list(seeds)
+    sparsities = [sparsity] * len(seeds) if isinstance(sparsity, (int, float)) and not isinstance(sparsity, bool) else list(sparsity)
+    _check_options(sparsities, seeds, sparsity_from, optimizer, warmup, steps, batch_size, lr, weight_decay)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     n_units = L * H + (L if include_mlps else 0)
+    S = len(seeds)
     on = _unit_index(model, force_on, include_mlps, "force_on")
     off = _unit_index(model, force_off, include_mlps, "force_off")
     if set(on) & set(off):
@@ -137,12 +187,12 @@ def learn_mask(
     forced_off = torch.zeros(n_units, dtype=torch.bool)
     forced_on[on], forced_off[off] = True, True
 
-    gen = torch.Generator().manual_seed(seed)
-    log_alpha = (INIT_LOG_ALPHA + 0.01 * torch.randn(n_units, generator=gen)).requires_grad_()
-    # Lagrange multipliers, both by gradient ascent. λ1 (linear term) by plain SGD, so it integrates
-    # the gap; λ2 (quadratic term) by Adam, so it grows fast and damps the lockstep overshoot that
-    # gates leaving their log_alpha≈10 plateau together otherwise cause.
-    lambda1, lambda2 = torch.zeros((), requires_grad=True), torch.zeros((), requires_grad=True)
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    log_alpha = torch.stack([INIT_LOG_ALPHA + 0.01 * torch.randn(n_units, generator=g) for g in gens]).requires_grad_()
+    # Lagrange multipliers, one pair per seed, both by gradient ascent. λ1 (linear term) by plain SGD
+    # (package recipe), so it integrates the gap; λ2 (quadratic term) by Adam, so it grows fast and
+    # damps the lockstep overshoot that gates leaving their log_alpha≈10 plateau together otherwise cause.
+    lambda1, lambda2 = torch.zeros(S, requires_grad=True), torch.zeros(S, requires_grad=True)
     if optimizer == "adam":
         opts = [torch.optim.Adam([log_alpha], lr=lr), torch.optim.SGD([lambda1], lr=reg_lr, maximize=True),
                 torch.optim.Adam([lambda2], lr=reg_lr, maximize=True)]
@@ -157,71 +207,120 @@ def learn_mask(
         schedules = [torch.optim.lr_scheduler.LambdaLR(
             opts[0], lambda i: min((i + 1) / warm, max(0.0, (steps - i) / max(1, steps - warm))))]
 
+    fingerprint = {"seeds": seeds, "sparsities": [float(x) for x in sparsities], "steps": steps, "units": n_units,
+                   "task": f"{task.name}/{task.split}/{len(task)}", "on": on, "off": off, "ablation": ablation,
+                   "mean_over": mean_over, "sparsity_from": sparsity_from, "optimizer": optimizer,
+                   "batch_size": batch_size, "weight_decay": weight_decay, "lr": lr, "reg_lr": reg_lr, "warmup": warmup}
+    first, history, elapsed = 0, [], 0.0
+    if checkpoint is not None and Path(checkpoint).exists():
+        state = torch.load(checkpoint, weights_only=False)
+        if state.get("fingerprint") == fingerprint:  # another run's file is ignored, not misread
+            with torch.no_grad():
+                log_alpha.copy_(state["log_alpha"])
+                lambda1.copy_(state["lambda1"])
+                lambda2.copy_(state["lambda2"])
+            for o, sd in zip(opts, state["opts"]):
+                o.load_state_dict(sd)
+            for sch, sd in zip(schedules, state["schedules"]):
+                sch.load_state_dict(sd)
+            for g, gs in zip(gens, state["gens"]):
+                g.set_state(gs)
+            first, history, elapsed = state["step"], state["history"], state["seconds"]
+
     template = HeadMask.full(model, mlps=include_mlps)
     refs = references(model, sites(template), ablation, default_reference(task, ablation, None), mean_over)
     full = torch.cat([run.logits(model, task.clean[i : i + 256]) for i in range(0, len(task), 256)], 0)
-    full_logp = full[torch.arange(len(task)), task.answer_pos].log_softmax(-1)  # [batch, d_vocab]
+    full_logp = full[torch.arange(len(task)), task.answer_pos].float().log_softmax(-1)  # [batch, d_vocab]
+    sparse = torch.tensor([float(x) for x in sparsities])
 
-    def expected_sparsity(la: Tensor) -> Tensor:
+    def expected_sparsity(la: Tensor) -> Tensor:  # [seed]
         keep = torch.where(forced_on, 1.0, torch.where(forced_off, 0.0, prob_nonzero(la)))
-        return 1 - keep.mean()
+        return 1 - keep.mean(-1)
+
+    def save(step: int, seconds: float) -> None:
+        state = {"fingerprint": fingerprint, "step": step, "log_alpha": log_alpha.detach().clone(),
+                 "lambda1": lambda1.detach().clone(), "lambda2": lambda2.detach().clone(),
+                 "opts": [o.state_dict() for o in opts], "schedules": [sch.state_dict() for sch in schedules],
+                 "gens": [g.get_state() for g in gens], "history": history, "seconds": seconds}
+        with atomic_path(checkpoint) as tmp:
+            torch.save(state, tmp)
 
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)  # the weights stay frozen
-    history: list[dict[str, float]] = []
-    start = time.perf_counter()
+    start = time.perf_counter() - elapsed
+    desc = f"masks s={','.join(sorted({f'{x:g}' for x in sparsities}))} seeds={seeds[0]}..{seeds[-1]}" if S > 1 else \
+        f"mask s={sparsities[0]:g} seed={seeds[0]}"
     try:
-        for step in tqdm(range(steps), desc=f"mask s={sparsity:g} seed={seed}", disable=not progress, leave=False):
-            target = sparsity * min(1.0, step / max(1.0, warmup * steps))
-            idx = torch.randperm(len(task), generator=gen)[:batch_size]
-            z = hard_concrete_sample(log_alpha, gen)
-            z = torch.where(forced_on, 1.0, torch.where(forced_off, 0.0, z))
-            heads, mlps = z[: L * H].view(L, H), (z[L * H :] if include_mlps else None)
-            batch_refs = {k: r.rows(idx) for k, r in refs.items()}
-            with run.intervened(model, interventions((heads, mlps), batch_refs)):
-                logits = model(task.clean[idx])
-            logq = logits[torch.arange(len(idx)), task.answer_pos[idx]].float().log_softmax(-1)
-            kl = F.kl_div(logq, full_logp[idx], log_target=True, reduction="batchmean")
+        for step in tqdm(range(first, steps), desc=desc, disable=not progress, leave=False, initial=first, total=steps):
+            target = sparse * min(1.0, step / max(1.0, warmup * steps))
+            # each seed's rows, then its gate noise, from its own generator (the order a lone run draws them)
+            idx, noise = [], []
+            for g in gens:
+                idx.append(torch.randperm(len(task), generator=g)[:batch_size])
+                noise.append(torch.rand(n_units, generator=g))
+            rows = torch.cat(idx)
+            z = hard_concrete(log_alpha, torch.stack(noise))
+            z = torch.where(forced_on, 1.0, torch.where(forced_off, 0.0, z))  # [seed, unit]
+            per_row = z[0] if S == 1 else z.repeat_interleave(len(idx[0]), 0)  # [unit] or [row, unit]
+            heads = per_row[..., : L * H].unflatten(-1, (L, H))
+            mlps = per_row[..., L * H :] if include_mlps else None
+            batch_refs = {k: r.rows(rows) for k, r in refs.items()}
+            at = task.answer_pos[rows]
+            # the loss reads one position per row: unembed only there (a large part of a step on a big vocabulary)
+            with run.intervened(model, interventions((heads, mlps), batch_refs)), hooks(model, [("unembed.hook_in", _answer_only(at))]):
+                logits = model(task.clean[rows])
+            logq = logits[:, 0].float().log_softmax(-1)
+            kl_rows = F.kl_div(logq, full_logp[rows], log_target=True, reduction="none").sum(-1)
+            kl = kl_rows.view(S, -1).mean(1)  # [seed]: each seed's batchmean
             expected = expected_sparsity(log_alpha)
-            current = 1 - z.mean() if sparsity_from == "sampled" else expected
+            current = 1 - z.mean(-1) if sparsity_from == "sampled" else expected
             gap = target - current
-            loss = kl + lambda1 * gap + lambda2 * gap**2
+            loss = (kl + lambda1 * gap + lambda2 * gap**2).sum()  # seeds share no parameter: their gradients stay apart
             for o in opts:
                 o.zero_grad()
             loss.backward()
             for o in (*opts, *schedules):
                 o.step()
-            if step % 10 == 0 or step == steps - 1:
-                history.append({"step": step, "kl": float(kl.detach()), "target": target,
-                                "expected_sparsity": float(expected.detach()), "sampled_sparsity": float(1 - z.detach().mean())})
+            if step % 10 == 0 or step == steps - 1:  # kept as tensors: no host sync in the loop
+                history.append((step, torch.stack([kl.detach(), target, expected.detach(), 1 - z.detach().mean(-1)])))
+            if checkpoint is not None and (step + 1) % checkpoint_every == 0 and step + 1 < steps:
+                save(step + 1, time.perf_counter() - start)
     finally:
         for p in params:
             p.requires_grad_(True)
     seconds = time.perf_counter() - start
 
+    table = torch.stack([h for _, h in history]).tolist()  # [record, 4, seed]
+    out = []
     with torch.no_grad():
-        la = log_alpha.detach()
-        expected_zeros = n_units - int(round(float((1 - expected_sparsity(la)) * n_units)))
-        free = ~(forced_on | forced_off)
-        gates = torch.where(forced_on, 1.0, 0.0)
-        n_free_zeros = min(int(free.sum()), max(0, expected_zeros - int(forced_off.sum())))
-        gates[free] = deterministic_gates(la[free], n_free_zeros)
-    meta = {
-        "seed": seed, "sparsity": sparsity, "steps": steps, "ablation": ablation, "mean_over": mean_over,
-        "sparsity_from": sparsity_from, "optimizer": optimizer, "weight_decay": weight_decay, "task": f"{task.name}/{task.split}",
-        "expected_sparsity": float(expected_sparsity(la)), "seconds": seconds, "final_kl": history[-1]["kl"],
-        "log_alpha": [round(float(x), 4) for x in la], "history": history,
-    }
-    return HeadMask(gates[: L * H].view(L, H), gates[L * H :] if include_mlps else None, meta)
+        for i, (seed, sp) in enumerate(zip(seeds, sparsities)):
+            la = log_alpha[i].detach()
+            expected_zeros = n_units - int(round(float((1 - expected_sparsity(la)) * n_units)))
+            free = ~(forced_on | forced_off)
+            gates = torch.where(forced_on, 1.0, 0.0)
+            n_free_zeros = min(int(free.sum()), max(0, expected_zeros - int(forced_off.sum())))
+            gates[free] = deterministic_gates(la[free], n_free_zeros)
+            hist = [{"step": step, "kl": row[0][i], "target": row[1][i], "expected_sparsity": row[2][i],
+                     "sampled_sparsity": row[3][i]} for (step, _), row in zip(history, table)]
+            meta = {
+                "seed": seed, "sparsity": sp, "steps": steps, "ablation": ablation, "mean_over": mean_over,
+                "sparsity_from": sparsity_from, "optimizer": optimizer, "weight_decay": weight_decay,
+                "task": f"{task.name}/{task.split}", "expected_sparsity": float(expected_sparsity(la)),
+                "seconds": seconds, "learned_with": S, "final_kl": hist[-1]["kl"],
+                "log_alpha": [round(float(x), 4) for x in la], "history": hist,
+            }
+            out.append(HeadMask(gates[: L * H].view(L, H), gates[L * H :] if include_mlps else None, meta))
+    return out
 
 
-def subnetworks(model, task: Task, *, sparsity: float, seeds: Sequence[int], progress: bool = True, **kwargs: Any) -> list[HeadMask]:
-    """One learned mask per seed at `sparsity` (kwargs go to `learn_mask`). With `progress`, a bar
-    over seeds and, under it, one over the current seed's steps (each seed takes seconds)."""
-    return [
-        learn_mask(model, task, sparsity=sparsity, seed=s, progress=progress, **kwargs)
-        for s in tqdm(list(seeds), desc=f"subnetworks s={sparsity:g}", disable=not progress)
-    ]
-
-
+def subnetworks(model, task: Task, *, sparsity: float, seeds: Sequence[int], progress: bool = True,
+                seeds_per_forward: int | None = None, **kwargs: Any) -> list[HeadMask]:
+    """One learned mask per seed at `sparsity` (kwargs go to `learn_masks`), `seeds_per_forward`
+    seeds learned side by side in one batched forward (default: all of them)."""
+    seeds = list(seeds)
+    size = seeds_per_forward or max(1, len(seeds))
+    out: list[HeadMask] = []
+    for i in tqdm(range(0, len(seeds), size), desc=f"subnetworks s={sparsity:g}", disable=not progress or len(seeds) <= size):
+        out += learn_masks(model, task, sparsity=sparsity, seeds=seeds[i : i + size], progress=progress, **kwargs)
+    return out

@@ -166,14 +166,21 @@ def interventions(
     """One `Mask` per site whose mask is not all ones (or requires grad): hook_z per layer with the
     layer's [head] row, hook_mlp_out per masked MLP. `mask` is a HeadMask or raw (heads [layer, head],
     mlps [layer] or None) tensors, which may require grad (learned masks). `refs` maps hook names to
-    `interp.run.reference(...)` references; None is zero ablation."""
+    `interp.run.reference(...)` references; None is zero ablation. Raw tensors with a leading row
+    axis (heads [row, layer, head], mlps [row, layer]) give every input row its own mask (masks
+    learned side by side in one forward, `learn_masks`)."""
     heads, mlps = (mask.heads, mask.mlps) if isinstance(mask, HeadMask) else mask
+    rows = heads.ndim == 3
+    if mlps is not None and mlps.ndim != heads.ndim - 1:
+        raise InterpError(f"heads {tuple(heads.shape)} and mlps {tuple(mlps.shape)} disagree on a row axis")
     out = []
-    for layer in range(heads.shape[0]):
-        if heads.requires_grad or bool((heads[layer] != 1).any()):
-            out.append(Mask(head_site(layer), heads[layer], _ref(refs, head_site(layer))))
-        if mlps is not None and (mlps.requires_grad or bool(mlps[layer] != 1)):
-            out.append(Mask(mlp_site(layer), mlps[layer], _ref(refs, mlp_site(layer))))
+    for layer in range(heads.shape[-2]):
+        h = heads[:, layer] if rows else heads[layer]
+        if heads.requires_grad or bool((h != 1).any()):
+            out.append(Mask(head_site(layer), h, _ref(refs, head_site(layer))))
+        m = None if mlps is None else (mlps[:, layer] if rows else mlps[layer])
+        if m is not None and (mlps.requires_grad or bool((m != 1).any())):
+            out.append(Mask(mlp_site(layer), m, _ref(refs, mlp_site(layer))))
     return out
 
 

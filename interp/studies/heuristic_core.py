@@ -1,20 +1,25 @@
-"""The heuristic core (Bhaskar, Friedman & Chen 2024): the reproduction and the demo section.
+"""The heuristic core (Bhaskar, Friedman & Chen 2024): the reproduction, as resumable units.
 
-Masks are learned at each sparsity and seed with the official `princeton-nlp/Heuristic-Core`
-choices (`OFFICIAL`: one mean per head over all tokens, sparsity of the sampled gates, AdamW, the
-target ramped over ~97 % of training), then evaluated in and out of distribution, with controls:
+A unit is one learned mask: (model, recipe, target sparsity, seed, steps, rows). Masks are learned
+with the official `princeton-nlp/Heuristic-Core` choices (`OFFICIAL`: hard-concrete gates, one mean
+per head over all tokens, the Lagrangian on the sampled gates' sparsity, AdamW, the target ramped
+over ~97 % of training, `official(steps)`), several seeds side by side in one batched forward
+(`masking.learn_masks`, equal to each seed learned alone), and each finished mask is stored with its
+ID / OOD accuracy (`interp.studies.units.Units`), so a killed run resumes and a rerun computes only
+what is missing. `repro` then aggregates whatever units exist, per model and sparsity:
 
-* zoo language models (word vocabulary): masks learned on ``sva_id`` (a third each of no
-  attractor, PP and RC attractors), evaluated on ``sva_id`` and ``sva_attractor_mismatch`` (every
-  attractor disagrees with the head noun). Control: the "nearest noun" heuristic's accuracy on each
-  split, the score a model reaches with no syntax at all.
-* real models (BPE, e.g. ``smollm2-135m``): `interp.tasks.bpe.sva`, masks learned on ``pp_match``
-  (the attractor agrees, so the nearest-noun heuristic works) and evaluated on every bpe SVA
-  split; plus single-unit ablation scans on ``pp_match`` and ``pp_mismatch``.
+* the masks' achieved sparsity against the target (each within `SPARSITY_TOLERANCE`, or named);
+* distinct masks only (two seeds that learned the same mask are one draw; duplicates are counted);
+* the spread of ID / OOD accuracy across distinct masks, beside random masks with the same
+  per-layer kept counts at matched ID accuracy (`masking.controls.matched_random`);
+* the core (units kept by every distinct mask) against chance (`masking.core_baseline`), and the
+  core evaluated alone.
 
-Every core (units kept by all masks of one sparsity) is reported beside its chance level: the core
-of random masks with the same per-layer kept-head counts (`masking.core_baseline`), and evaluated
-alone as a subnetwork. See docs/heuristic_core.md. Built from public names only.
+Zoo language models: masks learned on ``sva_id`` (a third each of no attractor, PP and RC
+attractors), evaluated on ``sva_id`` and ``sva_attractor_mismatch`` (every attractor disagrees with
+the head noun; the nearest-noun heuristic scores 0 there). Real BPE models (``smollm2-135m``):
+`interp.tasks.bpe.sva`, masks learned on ``pp_match`` and evaluated on ``pp_match`` /
+``pp_mismatch``, with a compressed schedule (labelled so in the JSON). See docs/heuristic_core.md.
 """
 
 from __future__ import annotations
@@ -29,55 +34,88 @@ from tqdm.auto import tqdm
 
 from interp import masking, tasks
 from interp.errors import InterpError
-from interp.model import ZOO_DIR, build_tiny, describe, load
+from interp.masking import HeadMask
 from interp.results import Heading, stack
+from interp.masking.controls import distinct, matched_random
+from interp.model import ZOO_DIR, build_tiny, describe, load
+from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.tasks import bpe, english
 from interp.tasks.base import SPECIALS
 
-__all__ = ["DEFAULT_MODELS", "OFFICIAL", "PACKAGE", "RECIPES", "official", "demo_section", "markdown", "real_study", "repro", "spread", "summarize", "sva_tasks", "write_doc", "write_repro", "zoo_study"]
+__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "official", "plan", "repro", "spread", "summarize", "sva_tasks"]
 
-DEFAULT_MODELS = ("zoo:lm-gpt2",)
+STUDY = "heuristic-core"
+VERSION = 1  # bump when a unit's code changes what it computes
 # The official code's recipe (src/pruning/modeling_pert.py, prune-glue.py, prune-all-mnli.sh):
 # lr 0.1 for the gates, 1.0 for the multipliers, the target ramped over 6500 + 50 s of 6500 + 56 s steps.
 OFFICIAL: dict[str, Any] = {"mean_over": "tokens", "sparsity_from": "sampled", "optimizer": "adamw",
                             "lr": 0.1, "reg_lr": 1.0, "warmup": 0.97}
-# AdamW's total decay of log_alpha over their run, lr * weight_decay * steps = 0.1 * 0.01 * ~9300:
-# a shorter run keeps it by raising weight_decay (see masking.learn_mask).
+# AdamW's total decay of log_alpha over their run, lr * weight_decay * steps = 0.1 * 0.01 * 9300:
+# a shorter run keeps it by raising weight_decay (see masking.learn_masks); at 9300 steps it is 0.01.
 OFFICIAL_DECAY = 9.3
-
-
-PACKAGE: dict[str, Any] = {"mean_over": "tokens"}  # learn_mask's own recipe otherwise
+PAPER_STEPS, PAPER_BATCH = 9300, 128
+PACKAGE: dict[str, Any] = {"mean_over": "tokens"}  # learn_masks' own recipe otherwise (Adam, expected L0)
 RECIPES = ("official", "package")
+SPARSITY_TOLERANCE = 0.05
+REAL_ID, REAL_OOD = "pp_match", "pp_mismatch"
+ZOO_SPLITS = ("sva_id", "sva_attractor_mismatch")
+# Bhaskar et al. 2024 (BERT-base on MNLI / HANS non-entailment, mean over subcases), for the doc's comparison
+PAPER = {"full_model_hans": 0.272, "sparsity": 0.5, "subnetworks_50_mnli": [0.80, 0.82], "subnetworks_50_hans": [0.013, 0.119],
+         "steps": PAPER_STEPS, "batch_size": PAPER_BATCH}
+
+_COMMON = {"recipe": "official", "sparsity": 0.5, "other_sparsities": [0.7, 0.9], "seeds_per_forward": 4,
+           "baseline_draws": 2000, "control_tolerance": 0.02, "learn": True}
+BUDGETS: dict[str, dict[str, Any]] = {
+    # what the tests run: seconds
+    "quick": {**_COMMON, "models": ["zoo:lm-gpt2"], "steps": 40, "batch_size": 16, "rows": 64, "seeds": [0, 1, 2],
+              "other_sparsities": [], "other_seeds": 2, "other_model_seeds": 2, "control_draws": 40,
+              "real_recipe": "package", "real_steps": 4, "real_batch_size": 4, "real_rows": 8, "real_seeds": 2,
+              "real_control_draws": 4, "baseline_draws": 200},
+    # the paper's schedule on the zoo (9300 steps; batch 32 of their 128), 12 seeds at 0.5 on the first
+    # model, 4 at each other sparsity and 4 on every other zoo model; real models on a compressed schedule
+    "paper": {**_COMMON, "models": ["zoo:lm-gpt2", "zoo:lm-llama", "smollm2-135m"], "steps": PAPER_STEPS, "batch_size": 32,
+              "rows": 512, "seeds": list(range(12)), "other_seeds": 4, "other_model_seeds": 4, "control_draws": 500,
+              "real_recipe": "package", "real_steps": 150, "real_batch_size": 8, "real_rows": 64, "real_seeds": 4,
+              "real_control_draws": 20},
+}
 
 
 def official(steps: int) -> dict[str, Any]:
-    """`OFFICIAL` for a run of `steps` steps, weight decay scaled to keep `OFFICIAL_DECAY`."""
+    """`OFFICIAL` for a run of `steps` steps, weight decay scaled to keep `OFFICIAL_DECAY` (0.01 at 9300)."""
     return {**OFFICIAL, "weight_decay": OFFICIAL_DECAY / (OFFICIAL["lr"] * steps)}
 
 
 def _options(recipe: str, steps: int) -> dict[str, Any]:
+    if recipe not in RECIPES:
+        raise InterpError(f"recipe={recipe!r} is not one of {RECIPES}")
     return official(steps) if recipe == "official" else dict(PACKAGE)
-REAL_ID, REAL_OOD = "pp_match", "pp_mismatch"
-# Bhaskar et al. 2024 (BERT-base on MNLI / HANS non-entailment, mean over subcases), for the doc's comparison
-PAPER = {"full_model_hans": 0.272, "sparsity": 0.5, "subnetworks_50_mnli": [0.80, 0.82], "subnetworks_50_hans": [0.013, 0.119]}
 
 
 def sva_tasks(masked: bool, n_train: int, n_eval: int) -> tuple[tasks.Task, dict[str, tasks.Task]]:
     """Training rows (sva_id, seed 1) and the evaluation splits sva_id / sva_attractor_mismatch (seed 2)."""
     train = tasks.make("sva", split="sva_id", n=n_train, seed=1, masked=masked)
-    splits = {s: tasks.make("sva", split=s, n=n_eval, seed=2, masked=masked) for s in ("sva_id", "sva_attractor_mismatch")}
+    splits = {s: tasks.make("sva", split=s, n=n_eval, seed=2, masked=masked) for s in ZOO_SPLITS}
     return train, splits
 
 
+def _is_zoo_english(model) -> bool:
+    return model.cfg.d_vocab == len(SPECIALS) + len(english.WORDS)
+
+
+def _is_real(spec: str) -> bool:
+    return not spec.startswith("zoo:")
+
+
 def spread(values: Sequence[float]) -> dict[str, float]:
-    """min / max / mean / standard deviation of accuracies across seeds."""
+    """min / max / mean / standard deviation of accuracies across masks."""
     t = torch.tensor(list(values), dtype=torch.float64)
     return {"min": float(t.min()), "max": float(t.max()), "mean": float(t.mean()),
             "std": float(t.std()) if len(t) > 1 else 0.0}
 
 
 def summarize(out: dict[str, Any], id_split: str, ood_split: str) -> dict[str, Any]:
-    """Per sparsity: ID / OOD spread across seeds, the core's size against chance, the core's accuracy."""
+    """Per sparsity of a `masking.Study.to_json()`: ID / OOD spread across seeds, the core's size against
+    chance, the core's accuracy (the reading tests/test_studies.py plants cases for)."""
     summary = {}
     for key, base in out["core_baseline"].items():
         subs = [s for s in out["subnetworks"] if f"{s['sparsity']:g}" == key]
@@ -93,107 +131,213 @@ def summarize(out: dict[str, Any], id_split: str, ood_split: str) -> dict[str, A
     return summary
 
 
-def zoo_study(model, spec: str, *, sparsities: Sequence[float], seeds: Sequence[int], steps: int,
-              n_train: int, n_eval: int, baseline_draws: int, progress: bool,
-              recipe: str = "official") -> dict[str, Any]:
-    """The study on a zoo language model (word vocabulary): SVA in distribution vs attractor mismatch."""
-    masked = not describe(model)["is_causal"]
-    train, splits = sva_tasks(masked, n_train, n_eval)
-    result = masking.study(model, train, splits, sparsities=sparsities, seeds=seeds, steps=steps,
-                           baseline_draws=baseline_draws, progress=progress, **_options(recipe, steps))
-    out = result.to_json()
-    out["nearest_noun_heuristic"] = {s: float(english.nearest_noun_agrees(t).float().mean()) for s, t in splits.items()}
-    out["kinds"] = {s: {k: t.meta["kind"].count(k) for k in ("none", "pp", "rc")} for s, t in splits.items()}
-    out.update({"model": spec, "masked": masked, "steps": steps, "ablation": "mean", "n_train": n_train, "n_eval": n_eval})
-    out["summary"] = summarize(out, "sva_id", "sva_attractor_mismatch")
-    return out
+# ---------------------------------------------------------------------------------------------
+# units: the plan, learning missing masks side by side, storing each
 
 
-def _top(grid, k: int = 5) -> list[dict[str, Any]]:
-    """The k units whose ablation lowers the metric most: (layer, unit, drop from baseline)."""
-    base = grid.meta["baseline"]
-    flat = [(float(base - grid.values[l, u]), l, grid.labels[1][u]) for l in range(grid.values.shape[0]) for u in range(grid.values.shape[1])]
-    return [{"layer": l, "unit": u, "drop": round(d, 4)} for d, l, u in sorted(flat, reverse=True)[:k]]
+def plan(b: dict[str, Any], models: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Every unit config of budget `b`, in the order they are learned, most wanted first (so a run
+    cut short holds the most useful part): the first zoo model at `sparsity` with the first
+    `other_seeds` seeds, at each of `other_sparsities` with the same seeds, every other zoo model at
+    `sparsity` (the first `other_model_seeds` seeds), the first model's remaining `seeds` at
+    `sparsity`, then real models (`real_seeds` seeds at `sparsity`, their own compressed schedule)."""
+    specs = list(dict.fromkeys(models or b["models"]))
+    zoo = [m for m in specs if not _is_real(m)]
+
+    def base(spec: str) -> dict[str, Any]:
+        real = _is_real(spec)
+        recipe, steps = (b["real_recipe"], b["real_steps"]) if real else (b["recipe"], b["steps"])
+        return {"model": spec, "recipe": recipe, "steps": steps, "batch_size": b["real_batch_size"] if real else b["batch_size"],
+                "rows": b["real_rows"] if real else b["rows"], "options": _options(recipe, steps),
+                "task": f"bpe sva {REAL_ID} (seed 1)" if real else "sva_id (seed 1)"}
+
+    seeds = list(b["seeds"])
+    pairs: list[tuple[str, float, int]] = []
+    if zoo:
+        first = seeds[: b["other_seeds"]]
+        pairs += [(zoo[0], b["sparsity"], s) for s in first]
+        pairs += [(zoo[0], sp, s) for sp in b["other_sparsities"] for s in first]
+        pairs += [(m, b["sparsity"], s) for m in zoo[1:] for s in seeds[: b["other_model_seeds"]]]
+        pairs += [(zoo[0], b["sparsity"], s) for s in seeds[b["other_seeds"]:]]
+    pairs += [(m, b["sparsity"], s) for m in specs if _is_real(m) for s in range(b["real_seeds"])]
+    return [{**base(m), "sparsity": sp, "seed": s} for m, sp, s in pairs]
 
 
-def real_study(model, spec: str, *, sparsities: Sequence[float], seeds: Sequence[int], steps: int,
-               n_train: int, n_eval: int, baseline_draws: int, progress: bool,
-              recipe: str = "official") -> dict[str, Any]:
-    """The study on a real BPE model: ablation scans on pp_match / pp_mismatch, then masks learned on
-    pp_match (`n_train` rows), evaluated on every bpe SVA split (`n_eval` rows each)."""
-    timings: dict[str, float] = {}
-    train = bpe.sva(model, n_train, split=REAL_ID, seed=1)
-    splits = {s: bpe.sva(model, n_eval, split=s, seed=2) for s in bpe.SPLITS_SVA}
-    middle = {k: t for k, t in splits.items() if k not in (REAL_ID, REAL_OOD)}
-    splits = {REAL_ID: splits[REAL_ID], **middle, REAL_OOD: splits[REAL_OOD]}  # ID first, OOD last (Study reads so)
-    scans = {}
-    for s in (REAL_ID, REAL_OOD):
+def _tasks(model, spec: str, rows: int) -> tuple[tasks.Task, dict[str, tasks.Task]]:
+    if _is_real(spec):
+        train = bpe.sva(model, rows, split=REAL_ID, seed=1)
+        return train, {s: bpe.sva(model, rows, split=s, seed=2) for s in (REAL_ID, REAL_OOD)}
+    if not _is_zoo_english(model):
+        raise InterpError(f"{spec} has no English word vocabulary: the zoo SVA task needs a zoo language model (zoo:lm-*)")
+    return sva_tasks(not describe(model)["is_causal"], rows, rows)
+
+
+def _unit_result(mask: HeadMask, accuracy: dict[str, float]) -> dict[str, Any]:
+    hist = mask.meta["history"]
+    every = max(1, len(hist) // 30)  # a summary of the trajectory, not every record
+    return {
+        "heads": [list(h) for h in mask.kept_heads()], "mlps": mask.kept_mlps(), "units": mask.n_units,
+        "units_off": int((mask.units() == 0).sum()), "achieved_sparsity": mask.sparsity,
+        "expected_sparsity": mask.meta["expected_sparsity"], "accuracy": accuracy, "final_kl": mask.meta["final_kl"],
+        "log_alpha": mask.meta["log_alpha"], "seconds": round(mask.meta["seconds"], 1), "learned_with": mask.meta["learned_with"],
+        "history": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in h.items()}
+                    for h in hist[::every] + ([hist[-1]] if (len(hist) - 1) % every else [])],
+    }
+
+
+def _learn_missing(model, spec: str, configs: list[dict[str, Any]], units: Units, b: dict[str, Any], progress: bool) -> None:
+    """Learn the units of `configs` not yet stored, `seeds_per_forward` at a time in one batched
+    forward (a group checkpoints, so a killed run resumes it), evaluate each, store each."""
+    todo = [c for c in configs if not units.done(c)]
+    if not todo:
+        return
+    train, splits = _tasks(model, spec, configs[0]["rows"])
+    size = max(1, b["seeds_per_forward"])
+    for i in range(0, len(todo), size):
+        group = todo[i : i + size]
+        c0 = group[0]
+        ckpt = units.checkpoint_path({"group": group})
         t0 = time.perf_counter()
-        grid = masking.ablation_scan(model, splits[s], mean_over="tokens", progress=progress)
-        timings[f"ablation_scan_{s}"] = round(time.perf_counter() - t0, 1)
-        scans[s] = grid
-    drop = {s: (g.meta["baseline"] - g.values).flatten() for s, g in scans.items()}
-    corr = float(torch.corrcoef(torch.stack([drop[REAL_ID], drop[REAL_OOD]]))[0, 1])
-    t0 = time.perf_counter()
-    result = masking.study(model, train, splits, sparsities=sparsities, seeds=seeds, steps=steps,
-                           baseline_draws=baseline_draws, progress=progress, **_options(recipe, steps))
-    timings["masks_and_evaluation"] = round(time.perf_counter() - t0, 1)
-    out = result.to_json()
-    out["ablation_scan"] = {
-        s: {"baseline_logit_diff": round(g.meta["baseline"], 4), "top_units": _top(g),
-            "max_drop": round(float(drop[s].max()), 4)} for s, g in scans.items()}
-    out["ablation_scan"]["drop_correlation_id_ood"] = round(corr, 4)
-    out.update({"model": spec, "task": f"bpe sva, masks learned on {REAL_ID}", "steps": steps, "ablation": "mean",
-                "n_train": n_train, "n_eval": n_eval, "timings_s": timings,
-                "units": model.cfg.n_layers * (model.cfg.n_heads + 1)})
-    out["summary"] = summarize(out, REAL_ID, REAL_OOD)
+        masks = masking.learn_masks(model, train, sparsity=[c["sparsity"] for c in group], seeds=[c["seed"] for c in group],
+                                    steps=c0["steps"], batch_size=c0["batch_size"], checkpoint=ckpt, progress=progress,
+                                    **c0["options"])
+        grid = masking.evaluate(model, masks, splits, ablation="mean", mean_over=c0["options"].get("mean_over", "position"),
+                                reference=train.clean, progress=False)
+        for j, (c, m) in enumerate(zip(group, masks)):
+            acc = {s: float(grid.values[j + 1, k, 0]) for k, s in enumerate(splits)}
+            units.run(c, lambda m=m, acc=acc: _unit_result(m, acc))
+        ckpt.unlink(missing_ok=True)
+        print(f"[heuristic-core] {spec}: stored {len(group)} masks "
+              f"({', '.join('s=%g/seed %d' % (c['sparsity'], c['seed']) for c in group)}) in {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# aggregation: what the JSON says
+
+
+def _mask(model, r: dict[str, Any], name: str) -> HeadMask:
+    m = HeadMask.keeping(model, [tuple(h) for h in r["heads"]], r["mlps"])
+    return HeadMask(m.heads, m.mlps, {"name": name})
+
+
+def _aggregate(model, spec: str, configs: list[dict[str, Any]], results: list[dict[str, Any] | None],
+               b: dict[str, Any], progress: bool) -> dict[str, Any]:
+    real = _is_real(spec)
+    train, splits = _tasks(model, spec, configs[0]["rows"])
+    id_split, ood_split = list(splits)[0], list(splits)[-1]
+    mean_over = configs[0]["options"].get("mean_over", "position")
+    full = masking.evaluate(model, [], splits, ablation="mean", mean_over=mean_over, reference=train.clean, progress=False)
+    out: dict[str, Any] = {
+        "recipe": configs[0]["recipe"], "steps": configs[0]["steps"], "batch_size": configs[0]["batch_size"],
+        "rows": configs[0]["rows"], "options": configs[0]["options"], "task": configs[0]["task"],
+        "schedule": "compressed (not the paper's 9300 steps)" if configs[0]["steps"] < PAPER_STEPS else "paper",
+        "splits": list(splits), "id_split": id_split, "ood_split": ood_split,
+        "full": {s: float(full.values[0, j, 0]) for j, s in enumerate(splits)},
+        "units_done": sum(r is not None for r in results), "units_total": len(configs),
+        "masks": [], "sparsities": {},
+    }
+    if not real:
+        out["nearest_noun_heuristic"] = {s: float(english.nearest_noun_agrees(t).float().mean()) for s, t in splits.items()}
+    done = [(c, r) for c, r in zip(configs, results) if r is not None]
+    for c, r in done:
+        out["masks"].append({"sparsity": c["sparsity"], "seed": c["seed"], "achieved_sparsity": r["achieved_sparsity"],
+                             "within_tolerance": abs(r["achieved_sparsity"] - c["sparsity"]) <= SPARSITY_TOLERANCE + 1e-9,
+                             "units_off": r["units_off"], "units": r["units"], "accuracy": r["accuracy"],
+                             "final_kl": r["final_kl"], "heads": r["heads"], "mlps": r["mlps"],
+                             "seconds": r["seconds"], "learned_with": r["learned_with"]})
+    for sp in sorted({c["sparsity"] for c in configs}):
+        key = f"{sp:g}"
+        mine = [(c, r) for c, r in done if c["sparsity"] == sp]
+        entry: dict[str, Any] = {"planned": sum(c["sparsity"] == sp for c in configs), "done": len(mine)}
+        out["sparsities"][key] = entry
+        if not mine:
+            continue
+        masks = [_mask(model, r, f"s={sp:g} seed={c['seed']}") for c, r in mine]
+        acc = {m.name: r["accuracy"] for m, (_, r) in zip(masks, mine)}
+        uniq, dups = distinct(masks)
+        achieved = [r["achieved_sparsity"] for _, r in mine]
+        entry.update({
+            "achieved_sparsity": spread(achieved),
+            "off_target": [{"seed": c["seed"], "achieved_sparsity": r["achieved_sparsity"]} for c, r in mine
+                           if abs(r["achieved_sparsity"] - sp) > SPARSITY_TOLERANCE + 1e-9],
+            "distinct": len(uniq), "duplicates": dups,
+            "id": spread([acc[m.name][id_split] for m in uniq]), "ood": spread([acc[m.name][ood_split] for m in uniq]),
+        })
+        core = masking.heuristic_core(uniq)
+        base = masking.core_baseline(uniq, draws=b["baseline_draws"])
+        core_acc = masking.evaluate(model, [core], splits, ablation="mean", mean_over=mean_over, reference=train.clean,
+                                    progress=False)
+        entry["core"] = {
+            "heads": [list(h) for h in core.kept_heads()], "mlps": core.kept_mlps(), "units": base["observed_units"],
+            "masks": len(uniq), "chance_units_mean": base["null_mean"], "chance_units_q95": base["null_q95"],
+            "p_value": base["p_value"], "draws": base["draws"], "above_chance": base["p_value"] < 0.05,
+            "alone": {s: float(core_acc.values[1, j, 0]) for j, s in enumerate(splits)},
+        }
+        draws = b["real_control_draws"] if real else b["control_draws"]
+        learned = {s: [acc[m.name][s] for m in uniq] for s in splits}
+        entry["random_control"] = matched_random(model, uniq, splits, draws=draws, tolerance=b["control_tolerance"],
+                                                 mean_over=mean_over, reference=train.clean, learned=learned, progress=progress)
     return out
 
 
-def _is_zoo_english(model) -> bool:
-    return model.cfg.d_vocab == len(SPECIALS) + len(english.WORDS)
+def _seconds(results: list[dict[str, Any] | None], configs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measured time of the stored masks: each batched group's seconds once, per seed-step."""
+    groups: dict[tuple, dict[str, Any]] = {}
+    for c, r in zip(configs, results):
+        if r is not None:  # masks of one group share seconds and learned_with
+            groups.setdefault((c["model"], r["seconds"], r["learned_with"]), {"steps": c["steps"], "n": r["learned_with"]})
+    total = sum(k[1] for k in groups)
+    seed_steps = sum(g["steps"] * g["n"] for g in groups.values())
+    return {"mask_seconds": round(total, 1), "seed_steps": seed_steps,
+            "seconds_per_seed_step": None if not seed_steps else round(total / seed_steps, 5)}
 
 
-def repro(
-    progress: bool = True,
-    models: Sequence[str] | None = None,
-    *,
-    sparsities: Sequence[float] | None = None,
-    seeds: Sequence[int] | None = None,
-    steps: int | None = None,
-    n_train: int | None = None,
-    n_eval: int | None = None,
-    baseline_draws: int = 2000,
-    recipe: str = "official",
-) -> dict[str, Any]:
-    """The heuristic-core study on `models` (default `DEFAULT_MODELS`); a JSON-serialisable dict.
-
-    `recipe`: "official" (`official(steps)`, the default) or "package" (`learn_mask`'s own
-    defaults: expected-L0 Lagrangian, Adam, ramp over 60 % of the steps, with the official mean over
-    all tokens), which reaches its target sparsity in few steps.
-
-    Zoo models default to target sparsities (0.7, 0.9), 4 seeds, 300 steps, 512 rows; real models
-    to target sparsity 0.7, 2 seeds, 20 steps, 16 training and 8 evaluation rows per split (what
-    a shared 2-core CPU allowed, see the doc). Small models run fastest on one torch thread: the CLI (or the caller)
-    sets that, not this."""
+def repro(progress: bool = True, models: Sequence[str] | None = None, *, budget: str = "quick",
+          overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
+    """The heuristic-core study at `budget` ("quick": seconds, what the tests run; "paper": the paper's
+    9300-step official schedule on the zoo) with `overrides` (any budget key, e.g. {"steps": 300,
+    "seeds": 4}; {"learn": False} aggregates the stored units only). Units are stored under `units`
+    (default $INTERP_CACHE/studies/heuristic-core); a rerun learns only the missing masks.
+    One JSON-able dict: budget, provenance, and per model the masks and per sparsity the spread,
+    the core, its chance test and the random-mask control. Small models run fastest on one torch
+    thread: the CLI (or the caller) sets that, not this."""
     start = time.perf_counter()
-    if recipe not in RECIPES:
-        raise InterpError(f"recipe={recipe!r} is not one of {RECIPES}")
-    out: dict[str, Any] = {"recipe": recipe, "options": dict(OFFICIAL if recipe == "official" else PACKAGE),
-                           "official_decay": OFFICIAL_DECAY, "paper": PAPER, "models": {}}
-    for spec in tqdm(list(models or DEFAULT_MODELS), desc="heuristic-core models", disable=not progress):
-        t0 = time.perf_counter()
-        model = load(spec)
-        zoo = _is_zoo_english(model)
-        args = dict(
-            sparsities=tuple(sparsities or ((0.7, 0.9) if zoo else (0.7,))),
-            seeds=tuple(seeds if seeds is not None else (range(4) if zoo else range(2))),
-            steps=steps or (300 if zoo else 20), n_train=n_train or (512 if zoo else 16),
-            n_eval=n_eval or (512 if zoo else 8), baseline_draws=baseline_draws, progress=progress, recipe=recipe)
-        res = (zoo_study if zoo else real_study)(model, spec, **args)
-        res["seconds"] = round(time.perf_counter() - t0, 1)
+    b = resolve_budget(BUDGETS, budget, overrides)
+    store = Units(STUDY, root=units, version=VERSION)
+    configs = plan(b, models)
+    ran_before = store.ran
+    out: dict[str, Any] = {"study": STUDY, "paper": PAPER, "official_decay": OFFICIAL_DECAY,
+                           "sparsity_tolerance": SPARSITY_TOLERANCE, "models": {}}
+    loaded: dict[str, Any] = {}
+
+    def model_of(spec: str):
+        if spec not in loaded:
+            loaded.clear()  # one model in memory at a time (a real model is large)
+            loaded[spec] = load(spec)
+        return loaded[spec]
+
+    if b["learn"]:  # runs of consecutive units of one model, in plan order
+        i = 0
+        while i < len(configs):
+            j = i
+            while j < len(configs) and configs[j]["model"] == configs[i]["model"]:
+                j += 1
+            spec = configs[i]["model"]
+            _learn_missing(model_of(spec), spec, configs[i:j], store, b, progress)
+            i = j
+    for spec in tqdm(list(dict.fromkeys(c["model"] for c in configs)), desc="heuristic-core models", disable=not progress):
+        mine = [c for c in configs if c["model"] == spec]
+        results = [store.get(c) for c in mine]
+        res = _aggregate(model_of(spec), spec, mine, results, b, progress) if any(r is not None for r in results) else \
+            {"units_done": 0, "units_total": len(mine)}
+        res.update(_seconds(results, mine))
         out["models"][spec] = res
-    out["seconds"] = round(time.perf_counter() - start, 1)
+    results = [store.get(c) for c in configs]
+    done = sum(r is not None for r in results)
+    fraction = b["steps"] * b["batch_size"] / (PAPER_STEPS * PAPER_BATCH)
+    wall = time.perf_counter() - start
+    out["budget"] = budget_record(budget, b, fraction, done, len(configs))
+    out["provenance"] = provenance(budget, b, fraction, wall, done, len(configs), units_run=store.ran - ran_before)
     return out
 
 
@@ -218,87 +362,3 @@ def demo_section(workdir: Path) -> list:
         result.overlap,
         result,
     ]
-
-
-# ---------------------------------------------------------------------------------------------
-# the doc's tables, rendered from the committed JSON (tests/test_docs.py checks every number)
-
-
-def _f(x: float | None, nd: int = 3) -> str:
-    return "—" if x is None else f"{x:.{nd}f}"
-
-
-def _range(d: dict[str, float]) -> str:
-    return f"{_f(d['mean'])} [{_f(d['min'])}, {_f(d['max'])}]"
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The doc's tables for a `write_repro` document (or one `repro` result): the paper's numbers,
-    then per run and model the subnetworks and core per sparsity against chance, the controls,
-    and (real models) the ablation scans and timings."""
-    p = result["paper"]
-    runs = result.get("runs", [result])
-    out = ["| Bhaskar et al. 2024 (BERT-base) | in distribution (MNLI) | out of distribution (HANS non-entailment) |",
-           "|---|---|---|",
-           f"| full model | — | {p['full_model_hans']:.3f} |",
-           f"| subnetworks at sparsity {p['sparsity']:.1f} | {p['subnetworks_50_mnli'][0]:.2f}–{p['subnetworks_50_mnli'][1]:.2f} | "
-           f"{p['subnetworks_50_hans'][0]:.3f}–{p['subnetworks_50_hans'][1]:.3f} |", ""]
-    for run, (spec, m) in ((r, item) for r in runs for item in r["models"].items()):
-        splits = list(m["full"])
-        id_split, ood_split = (REAL_ID, REAL_OOD) if "ablation_scan" in m else (splits[0], splits[-1])  # as summarize read them
-        out.append(f"#### `{spec}`, {run['recipe']} recipe: {len(m['seeds'])} seeds per target sparsity, "
-                   f"{m['steps']} steps, {m['seconds']:.1f} s\n")
-        out.append(f"| target sparsity | achieved sparsity, mean [min, max] | {id_split} accuracy | {ood_split} accuracy "
-                   "| core units | chance core units, mean (95th pct) | p (core ≥ chance) | core alone: ID / OOD |")
-        out.append("|---|---|---|---|---|---|---|---|")
-        for key, s in m["summary"].items():
-            core = s["core_accuracy"] or {}
-            out.append(f"| {key} | {_range(s['achieved_sparsity'])} | {_range(s['id'])} | {_range(s['ood'])} | "
-                       f"{s['core_units']} | {_f(s['chance_units_mean'])} ({s['chance_units_q95']:g}) | {_f(s['core_p_value'], 4)} | "
-                       f"{_f(core.get(id_split))} / {_f(core.get(ood_split))} |")
-        out.append("")
-        if "nearest_noun_heuristic" in m:
-            out.append("| split | full model accuracy | nearest-noun heuristic | rows: none / PP / RC |")
-            out.append("|---|---|---|---|")
-            for s in splits:
-                k = m["kinds"][s]
-                out.append(f"| {s} | {_f(m['full'][s])} | {_f(m['nearest_noun_heuristic'][s])} | {k['none']} / {k['pp']} / {k['rc']} |")
-        else:
-            out.append("| split | full model accuracy |")
-            out.append("|---|---|")
-            out += [f"| {s} | {_f(m['full'][s])} |" for s in splits]
-        out.append("")
-        if "ablation_scan" in m:
-            scan = m["ablation_scan"]
-            out.append("| ablation scan on | baseline logit diff | largest drop | top units (drop) | seconds |")
-            out.append("|---|---|---|---|---|")
-            for s in (REAL_ID, REAL_OOD):
-                top = ", ".join(f"`L{u['layer']}.{u['unit']}` ({_f(u['drop'])})" for u in scan[s]["top_units"][:3])
-                out.append(f"| {s} | {_f(scan[s]['baseline_logit_diff'])} | {_f(scan[s]['max_drop'])} | {top} | "
-                           f"{m['timings_s'][f'ablation_scan_{s}']:.1f} |")
-            out.append("")
-            out.append(f"Correlation of the single-unit drops between {REAL_ID} and {REAL_OOD}: "
-                       f"{scan['drop_correlation_id_ood']:.3f}; learning the masks and evaluating them took "
-                       f"{m['timings_s']['masks_and_evaluation']:.1f} s.\n")
-    return "\n".join(out)
-
-
-def write_repro(results: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Write one or more `repro` results (e.g. the zoo run, a SmolLM2 run, a "package" recipe
-    run) as the doc's JSON {"paper": PAPER, "runs": [...]}, atomically."""
-    import json
-
-    from interp.storage import write_text_atomic
-
-    return write_text_atomic(path, json.dumps({"paper": PAPER, "runs": list(results)}, indent=1))
-
-
-def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Replace the text between `<!-- tables:begin -->` and `<!-- tables:end -->` in the doc
-    with `markdown` of the JSON `data` (written atomically)."""
-    import json
-
-    from interp.storage import fill_between
-
-    body = markdown(json.loads(Path(data).read_text()))
-    return fill_between(doc, "<!-- tables:begin -->", "<!-- tables:end -->", body)
