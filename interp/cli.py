@@ -118,13 +118,61 @@ def _sweep(args: argparse.Namespace) -> int:
 REPROS = ("circuits", "cores", "extractive", "heuristic-core", "illusions", "specialization", "steering")
 
 
+def _seeds(text: str) -> int | list[int]:
+    """`--seeds 3` (seeds 0, 1, 2) or `--seeds 0,4,7`."""
+    try:
+        return int(text) if "," not in text else [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count (3) or a comma-separated list of seeds (0,4,7)") from None
+
+
+def _setting(text: str) -> tuple[str, object]:
+    """`--set key=value`: the value read as JSON (0.5, 3, true, [1, 2]), else kept as a string."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: write --set KEY=VALUE, e.g. --set boot=200")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The budget overrides of an `interp repro` command line (the named flags, then each --set)."""
+    named = {"steps": args.steps, "seeds": args.seeds, "rows": args.rows, "lr": args.lr}
+    out = {k: v for k, v in named.items() if v is not None}
+    for key, value in args.set or []:
+        if key in out:
+            raise InterpError(f"budget key {key!r} given twice (--{key} and --set {key}=...); give it once")
+        out[key] = value
+    return out
+
+
 def _repro(args: argparse.Namespace) -> int:
+    import inspect
+
+    from interp.storage import write_text_atomic
     from interp.studies import study
 
-    kw = {"models": args.model} if args.model else {}  # each study's own defaults otherwise
-    result = study(args.name).repro(progress=not args.json, **kw)
+    module = study(args.name)
+    overrides = _overrides(args)
+    if "budget" in inspect.signature(module.repro).parameters:
+        result = module.repro(progress=not args.json, models=args.model, budget=args.budget, overrides=overrides,
+                              units=args.units)
+    else:  # a study not yet cut into units and budgets: refuse what it would silently ignore
+        asked = [f"--budget {args.budget}"] * (args.budget != "quick") + [f"--{k}" for k in overrides] + ["--units"] * bool(args.units)
+        if asked:
+            raise InterpError(f"study {args.name!r} takes no budgets yet, so {', '.join(asked)} would be ignored; "
+                              f"run `interp repro {args.name}` with --model / --out / --json only")
+        result = module.repro(progress=not args.json, **({"models": args.model} if args.model else {}))
+    if args.out:  # the study's one JSON, whole or not at all
+        write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result))
+    elif args.out:
+        budget = result.get("budget", {})
+        units = f", {budget['units_done']}/{budget['units_total']} units" if "units_done" in budget else ""
+        print(f"wrote {args.out} (budget {budget.get('name', args.budget)}{units})")
     else:
         print(json.dumps(result, indent=2))
     return 0
@@ -224,8 +272,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retries", type=int, default=None,
                    help="times a job reruns after its worker dies (default 3; exceptions are not retried)")
     p.set_defaults(func=_sweep)
-    p = sub.add_parser("repro", help="reproduce a paper's study at toy scale on the zoo")
+    p = sub.add_parser("repro", help="reproduce a paper's study (resumable units; --budget quick or paper)")
     p.add_argument("name", choices=sorted(REPROS), help="which study")
+    p.add_argument("--budget", default="quick",
+                   help="the study's budget: quick (default; what the tests run) or paper (the paper's schedule)")
+    p.add_argument("--steps", type=int, default=None, help="override the budget's steps")
+    p.add_argument("--seeds", type=_seeds, default=None, metavar="N|a,b,c",
+                   help="override the budget's seeds: a count (seeds 0..N-1) or a list")
+    p.add_argument("--rows", type=int, default=None, help="override the budget's rows (examples per split / task)")
+    p.add_argument("--lr", type=float, default=None, help="override the budget's learning rate")
+    p.add_argument("--set", type=_setting, action="append", default=None, metavar="KEY=VALUE",
+                   help="override any other budget key (value read as JSON); repeat for several")
+    p.add_argument("--units", default=None, metavar="DIR",
+                   help="where the study's finished units are stored (default $INTERP_CACHE/studies/NAME); "
+                        "a rerun computes only the missing ones")
+    p.add_argument("--out", default=None, metavar="FILE.json", help="write the study's JSON here (atomically)")
     p.add_argument("--model", action="append", default=None, metavar="SPEC",
                    help="run the study on this model (zoo:NAME, a real model name, a local HF dir); "
                         "repeat for several; default: the study's own models")

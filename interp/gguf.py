@@ -14,7 +14,6 @@ Real models by name (4-bit builds, dequantized to float32 on first load):
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -84,14 +83,6 @@ def real_model_file(name: str) -> Path:
     return target
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _check_gguf(path: Path) -> None:
     if not path.is_file():
         raise InterpError(f"{path} is not a file")
@@ -105,7 +96,9 @@ def convert(path: str | Path) -> Path:
     """The HF folder of a GGUF file: from the cache, or dequantized and written there now."""
     path = Path(path).expanduser()
     _check_gguf(path)
-    out = cache_dir() / "hf" / _sha256(path)
+    from interp.load_cache import file_sha256  # remembered by (path, size, mtime): no rehash per load
+
+    out = cache_dir() / "hf" / file_sha256(path)
     if (out / "interp-gguf.json").exists():  # written last: its presence means the folder is whole
         return out
     # a folder from an interrupted run never gets the marker file; when two processes convert the

@@ -15,13 +15,14 @@ import json
 import logging
 import socket
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import urlparse
 
 import torch
 
+from interp import load_cache
 from interp.errors import InterpError
 from interp.results import atomic_dir
 from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
@@ -363,8 +364,13 @@ def load(
     trust_remote_code: bool = False,
     device_map: str | dict[str, Any] | None = None,
     max_memory: dict[Any, Any] | None = None,
+    weights_cache: bool | None = None,
 ):
     """Load `spec` (hub name, local directory, or zoo:NAME) as a bridge in compatibility mode.
+
+    `weights_cache`: keep TransformerLens's processed weights of a local model in $INTERP_CACHE so
+    a reload skips the processing (`interp.load_cache`); None caches weights of 32 MiB and more
+    (a real model, not a tiny test model). Never with a device_map.
 
     Placement passes through to `TransformerBridge.boot_transformers`: `device` (one device), or
     `device_map` ("auto", "balanced", or {module: device}, accelerate-dispatched across GPUs)
@@ -392,19 +398,27 @@ def load(
         kwargs["device_map"] = device_map
     if max_memory is not None:
         kwargs["max_memory"] = max_memory
+    zoo_tokenizer = False
     if local is not None:
         tokenizer = _local_tokenizer(local)
+        zoo_tokenizer = tokenizer is not None
+        if tokenizer is None:
+            tokenizer = load_cache.fast_tokenizer(local)
         if tokenizer is not None:
             kwargs["tokenizer"] = tokenizer
+    if weights_cache is None:
+        weights_cache = local is not None and load_cache.weights_bytes(local) >= load_cache.CACHE_MIN_BYTES
+    cached = local is not None and weights_cache and device_map is None
     try:
         with quiet_loading():
             bridge = TransformerBridge.boot_transformers(target, **kwargs)
-            bridge.enable_compatibility_mode(disable_warnings=True)
+            with load_cache.processed_weights_cache(local, dtype) if cached else nullcontext():
+                bridge.enable_compatibility_mode(disable_warnings=True)
     except ModelNotFoundError:
         raise
     except Exception as err:
         raise InterpError(f"could not load {spec!s} ({target}): {type(err).__name__}: {err}") from err
-    if local is not None and "tokenizer" in kwargs:
+    if zoo_tokenizer:
         # Zoo models are trained on BOS-prefixed rows in every family; keep to_tokens consistent.
         bridge.cfg.default_prepend_bos = True
     _quiet_generate(bridge)

@@ -27,9 +27,13 @@ recomputed and the run says what changed (`summary["recomputed"]`, and on stderr
 at any moment (even kill -9) resumes where it stopped and ends with the same results. The whole
 config is validated before any model loads. `load(DIR)` gives every result as one DataFrame.
 
+Store. Each finished job is also one entry of a `Store` (DIR/entries/KEY.json, written
+atomically): the one keyed result store of interp, which `interp.studies.units` uses for a
+study's units too. results.json is the index rebuilt from it.
+
 Executors. `executor="local"` (the default) runs the jobs here, one model in memory at a time;
 `executor="ray"` hands them to Ray actors, one per model (`interp.sweep_ray`). Both write
-through `_Recorder`, so the files are the same either way. A job that raises is reported
+through a `Recorder` (the public result sink), so the files are the same either way. A job that raises is reported
 (`summary["failed"]`) and the others finish; `run` then raises SweepError.
 """
 
@@ -53,8 +57,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["ConfigError", "EXECUTORS", "KINDS", "Job", "SweepError", "job_id", "load", "load_config", "plan",
-           "resolved", "run"]
+__all__ = ["ConfigError", "EXECUTORS", "KINDS", "Job", "Recorder", "Store", "SweepError", "job_id", "load",
+           "load_config", "plan", "resolved", "run"]
 
 KINDS = ("activation", "attribution", "path", "ablation", "mask")
 EXECUTORS = ("local", "ray")
@@ -200,9 +204,71 @@ def resolved(exp: dict[str, Any], model: str) -> dict[str, Any]:
     return config
 
 
+class Store:
+    """Results keyed by the configuration that made them: one JSON entry per key, written atomically.
+
+    `key(config)` is the sha256 (first 12 hex digits) of the canonical JSON of the config plus the
+    store's code-version tag, so it changes exactly when something that affects the result changes
+    (bump `version` when the code that computes a result changes what it computes). An entry is
+    {"key", "config", "version", "result", ...extra}; `put` writes it to ROOT/entries/KEY.json in
+    one atomic rename, so a reader sees a whole entry or none, even after kill -9. Files a result
+    keeps beside its entry (tensors, model folders) go under `files(key)` and must be written
+    before `put`: an entry's presence then means its files are complete. Sweeps keep their jobs
+    here, `interp.studies.units` a study's units.
+    """
+
+    def __init__(self, root: str | Path, version: int | str = _VERSION):
+        self.root, self.version = Path(root), version
+
+    def key(self, config: dict[str, Any]) -> str:
+        try:
+            text = json.dumps({**config, "version": self.version}, sort_keys=True, separators=(",", ":"))
+        except TypeError as err:
+            raise InterpError(f"a store key needs a JSON-able config (str, int, float, bool, None, lists, dicts): {err}") from None
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+    def _entry(self, key: str) -> Path:
+        return self.root / "entries" / f"{key}.json"
+
+    def files(self, key: str) -> Path:
+        """The folder for the files a result keeps beside its entry (made on demand by the writer)."""
+        return self.root / "files" / key
+
+    def has(self, key: str) -> bool:
+        return self._entry(key).exists()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The entry stored under `key`, or None."""
+        try:
+            return json.loads(self._entry(key).read_text())
+        except FileNotFoundError:
+            return None
+
+    def put(self, key: str, config: dict[str, Any], result: Any, **extra: Any) -> dict[str, Any]:
+        """Store `result` (JSON-able) under `key` atomically; returns the entry as read back."""
+        entry = {"key": key, "config": config, "version": self.version, **extra, "result": result}
+        try:
+            text = json.dumps(entry, indent=1) + "\n"
+        except TypeError as err:
+            raise InterpError(f"a stored result must be JSON-able (save tensors with interp.results.save under "
+                              f"Store.files(key) and store their file names): {err}") from None
+        write_text_atomic(self._entry(key), text)
+        return json.loads(text)
+
+    def keys(self) -> list[str]:
+        folder = self.root / "entries"
+        return sorted(p.stem for p in folder.glob("*.json")) if folder.is_dir() else []
+
+    def remove(self, key: str) -> None:
+        """Drop an entry and its files (a result whose configuration left the plan)."""
+        import shutil
+
+        self._entry(key).unlink(missing_ok=True)
+        shutil.rmtree(self.files(key), ignore_errors=True)
+
+
 def _key(config: dict[str, Any]) -> str:
-    text = json.dumps({**config, "version": _VERSION}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return Store("", _VERSION).key(config)
 
 
 def job_id(exp: dict[str, Any], model: str) -> str:
@@ -262,7 +328,12 @@ def plan(experiments: list[dict[str, Any]], out: Path) -> tuple[list[Job], dict[
     jobs = [Job.make(exp, spec) for exp in experiments for spec in exp["models"]]
     summary_path = out / "results.json"
     before = json.loads(summary_path.read_text())["jobs"] if summary_path.exists() else []
-    done = {j["job"]: j for j in before if (out / j["file"]).exists()}
+    store = Store(out)
+    done = {j["job"]: j for j in before if (out / j["file"]).exists()}  # folders written before the store
+    for job in jobs:
+        entry = store.get(job["key"])
+        if entry is not None and (out / entry["result"]["file"]).exists():
+            done[job["id"]] = entry["result"]
     pending = [job for job in jobs if job["id"] not in done]
     previous = {(j.get("experiment"), j.get("model")): j for j in before}
     changed = []
@@ -273,11 +344,14 @@ def plan(experiments: list[dict[str, Any]], out: Path) -> tuple[list[Job], dict[
     return jobs, done, pending, changed
 
 
-class _Recorder:
-    """The one writer: saves each finished job's Grid and rewrites results.json, both atomically."""
+class Recorder:
+    """The result sink every executor writes through: `finished(job, grid, seconds)` saves the Grid,
+    stores the job's entry in the sweep's `Store` and rewrites results.json, all atomically;
+    `failed_job(job, error)` records an error. `bar`: anything with update(n) (a tqdm bar)."""
 
     def __init__(self, out: Path, jobs: list[Job], done: dict[str, Any], recomputed: list[str], bar):
         self.out, self.jobs, self.done, self.recomputed, self.bar = out, jobs, done, recomputed, bar
+        self.store = Store(out)
         self.failed: dict[str, dict[str, Any]] = {}
 
     def finished(self, job: Job, grid: Grid, seconds: float) -> None:
@@ -295,6 +369,7 @@ class _Recorder:
             "axes": list(grid.axes), "shape": list(grid.shape), "file": file,
             "top": [[c, v] for c, v in grid.top(3)], "seconds": round(seconds, 2),
         }
+        self.store.put(job["key"], cfg, self.done[job["id"]])
         self.failed.pop(job["id"], None)
         self.write()
         self.bar.update(1)
@@ -314,7 +389,7 @@ class _Recorder:
         write_text_atomic(self.out / "results.json", json.dumps(summary, indent=2) + "\n")
 
 
-def _run_local(pending: list[Job], recorder: _Recorder) -> None:
+def _run_local(pending: list[Job], recorder: Recorder) -> None:
     from interp.model import load as load_model
 
     models: dict[str, Any] = {}
@@ -355,7 +430,7 @@ def run(config: str | Path, out: str | Path, *, progress: bool = True, executor:
     for line in changed:
         log(f"recomputing {line}")
     with tqdm(total=len(jobs), initial=len(jobs) - len(pending), desc="sweep", disable=not progress) as bar:
-        recorder = _Recorder(out, jobs, done, changed, bar)
+        recorder = Recorder(out, jobs, done, changed, bar)
         if pending and executor == "ray":
             from interp.sweep_ray import execute
 
@@ -365,6 +440,9 @@ def run(config: str | Path, out: str | Path, *, progress: bool = True, executor:
     current = {f"grids/{j['id']}.safetensors" for j in jobs}
     for file in (stale_files | before) - current:  # results of jobs whose configuration changed or left
         (out / file).unlink(missing_ok=True)
+    keys = {j["key"] for j in jobs}
+    for key in set(recorder.store.keys()) - keys:
+        recorder.store.remove(key)
     recorder.write()
     _write_report(out, [j for j in jobs if j["id"] in recorder.done])
     summary = json.loads(prior.read_text())

@@ -1,9 +1,9 @@
 """The Ray executor of `interp.sweep`: `interp sweep CONFIG --out DIR --executor ray [--address ADDR]`.
 
 One Ray actor per model loads that model once and runs its jobs in turn; each job's Grid comes
-back to the driver, which writes it with the local executor's writer (`sweep._Recorder`: Grid.save
-and results.json, both atomic), so the workers need no shared file system, only `interp` and the
-model specs (hub names, or directories present on every node).
+back to the driver, which writes it through the sweep's public result sink (`sweep.Recorder`:
+Grid.save, the job's `sweep.Store` entry and results.json, all atomic), so the workers need no
+shared file system, only `interp` and the model specs (hub names, or directories present on every node).
 
 Cluster: no address starts a local cluster (this machine's CPUs, no dashboard) and stops it at
 the end; `address="auto"` joins the cluster `ray start` runs here; "HOST:PORT" joins that one. An
@@ -23,9 +23,12 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interp.errors import InterpError
+
+if TYPE_CHECKING:  # the sink's type only: sweep imports this module lazily, so no import cycle at run time
+    from interp.sweep import Recorder
 
 __all__ = ["connect", "execute"]
 
@@ -85,7 +88,7 @@ class SweepWorker:
         return grid, time.time() - start, {"pid": os.getpid(), "node": socket.gethostname()}
 
 
-def execute(pending: list, recorder, *, address: str | None = None, progress: bool = True, num_cpus: int | None = None,
+def execute(pending: list, recorder: Recorder, *, address: str | None = None, progress: bool = True, num_cpus: int | None = None,
             worker_cpus: float = 1, worker_gpus: float = 0, retries: int = 3, on_result=None) -> None:
     """Run `pending` jobs on Ray actors (one per model); hand each result to `recorder` as it lands.
 

@@ -96,3 +96,61 @@ def test_zoo_list_drops_empty_columns(capsys, monkeypatch, tmp_path):
     assert lines[0].split() == ["name", "family", "task", "layers", "d_model", "heads", "kv_heads", "train_s", "scores"]
     markov = next(line for line in lines if line.startswith("markov-s0"))
     assert markov.split()[-2:] == ["kl_to_true", markov.split()[-1]] and "ioi" not in markov
+
+
+def test_repro_budget_options_reach_the_study(monkeypatch, tmp_path, capsys):
+    """--budget, the named overrides, --set, --units and --out travel to the study's repro; the
+    JSON lands whole at --out."""
+    import types
+
+    import interp.studies as studies
+
+    seen = {}
+
+    def repro(progress=True, models=None, budget="quick", overrides=None, units=None):
+        seen.update(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
+        return {"budget": {"name": budget, "units_done": 2, "units_total": 3}, "x": 1}
+
+    monkeypatch.setattr(studies, "study", lambda name: types.SimpleNamespace(repro=repro))
+    out = tmp_path / "run.json"
+    argv = ["repro", "illusions", "--budget", "paper", "--steps", "5", "--seeds", "0,2", "--rows", "7", "--lr", "0.5",
+            "--set", "boot=20", "--set", "ks=[2, 4]", "--set", "note=abc", "--units", str(tmp_path / "u"),
+            "--out", str(out), "--model", "zoo:dyck"]
+    assert main(argv) == 0
+    assert seen == {"progress": True, "models": ["zoo:dyck"], "budget": "paper", "units": str(tmp_path / "u"),
+                    "overrides": {"steps": 5, "seeds": [0, 2], "rows": 7, "lr": 0.5, "boot": 20, "ks": [2, 4], "note": "abc"}}
+    assert json.loads(out.read_text())["x"] == 1 and "2/3 units" in capsys.readouterr().out
+    assert main(["repro", "illusions", "--seeds", "3", "--json"]) == 0
+    assert seen["overrides"] == {"seeds": 3} and seen["budget"] == "quick" and not seen["progress"]
+    assert main(["repro", "illusions", "--steps", "3", "--set", "steps=4"]) == 2
+    assert "given twice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["repro", "illusions", "--seeds", "a,b"])
+    with pytest.raises(SystemExit):
+        main(["repro", "illusions", "--set", "novalue"])
+
+
+def test_repro_refuses_budgets_a_study_cannot_take(monkeypatch, capsys):
+    """A study still on the old repro(progress, models) signature gets no budget options: they
+    would be silently ignored, so the CLI refuses them."""
+    import types
+
+    import interp.studies as studies
+
+    calls = []
+    old = types.SimpleNamespace(repro=lambda progress=True, models=None: calls.append(models) or {"ok": True})
+    monkeypatch.setattr(studies, "study", lambda name: old)
+    for extra in (["--budget", "paper"], ["--steps", "3"], ["--units", "u"], ["--set", "boot=3"]):
+        assert main(["repro", "cores", *extra]) == 2
+        assert "takes no budgets yet" in capsys.readouterr().err
+    assert calls == []
+    assert main(["repro", "cores", "--model", "zoo:lm-gpt2", "--json"]) == 0 and calls == [["zoo:lm-gpt2"]]
+
+
+def test_repro_illusions_bad_budget_is_an_error(capsys):
+    assert main(["repro", "illusions", "--budget", "huge", "--json"]) == 2
+    assert "budgets: quick, paper" in capsys.readouterr().err
+    assert main(["repro", "illusions", "--rows", "5", "--set", "ranks=[8]", "--json"]) == 2
+    assert "include 4" in capsys.readouterr().err
+    assert main(["repro", "illusions", "--set", "depth=3", "--json"]) == 2
+    assert "no budget key 'depth'" in capsys.readouterr().err

@@ -347,11 +347,12 @@ def test_renderers_draw_sweeps_and_attention_comparisons(dyck_model, fit, splits
 
 
 @pytest.mark.slow
-def test_repro_is_json_serialisable(dyck_dir):
-    out = illusions.repro(progress=False, models=[str(dyck_dir)], n_fit=8, n_eval=8, n_boot=10)
+def test_repro_is_json_serialisable(dyck_dir, tmp_path):
+    out = illusions.repro(progress=False, models=[str(dyck_dir)], overrides={"fit": 8, "rows": 8, "boot": 10, "ks": [8]},
+                          units=tmp_path)
     text = json.loads(json.dumps(out))["models"][str(dyck_dir)]
     assert set(text["findings"]) == {"unseen_struct", "unseen_depth", "unseen_depth_deep"}
-    assert set(text) >= {"original", "simplified", "seconds"}
+    assert set(text) >= {"original", "simplified", "training"}
     assert set(text["original"]) == {*illusions.DYCK_SPLITS, "unseen_depth_deep"}
     methods = {(r["method"], r["rank"], r["k"]) for r in text["simplified"]}
     assert ("svd", 4, None) in methods and ("onehot", None, None) in methods and ("kmeans", None, 8) in methods

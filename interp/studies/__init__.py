@@ -1,8 +1,13 @@
 """The papers' studies, one file per paper, built on interp's public API only.
 
-Each study module defines `repro(progress: bool = True, models: list[str] | None = None) -> dict`
-(what `interp repro NAME [--model SPEC ...]` prints; `models=None` runs the study's own models) and
-`demo_section(workdir) -> list` (its part of the offline demo's report).
+Each study module defines `repro(progress=True, models=None, budget="quick", overrides=None,
+units=None) -> dict`, what `interp repro NAME --budget quick|paper [--steps N ...] [--units DIR]
+[--out FILE.json]` runs: `models=None` runs the study's own models; `budget` names one of the
+module's BUDGETS and `overrides` changes its keys (`units.budget` refuses unknown ones); `units`
+is where its finished units are stored (`units.Units`), so a killed run resumes. The dict it
+returns is one run: it carries "budget" and "provenance" (`units.provenance`). A study also
+defines `demo_section(workdir) -> list` (its part of the offline demo's report). Studies that
+still have the old `repro(progress, models)` run through the CLI without budget options.
 
     heuristic-core   Bhaskar et al. 2024, The Heuristic Core            (interp.masking)
     illusions        Friedman et al. 2024, Interpretability Illusions   (interp.simplify)
@@ -16,9 +21,9 @@ Each study module defines `repro(progress: bool = True, models: list[str] | None
 
 from __future__ import annotations
 
-from interp.studies import cores, extractive, heuristic_core, illusions, specialization, steering
+from interp.studies import cores, extractive, heuristic_core, illusions, specialization, steering, units
 
-__all__ = ["STUDIES", "cores", "extractive", "heuristic_core", "illusions", "specialization", "steering", "study"]
+__all__ = ["STUDIES", "cores", "extractive", "heuristic_core", "illusions", "specialization", "steering", "study", "units"]
 
 STUDIES = {
     "heuristic-core": heuristic_core,

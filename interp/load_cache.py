@@ -1,0 +1,210 @@
+"""Fast reloads: the bridge's processed weights cached on disk, and the tokenizer parsed once.
+
+`enable_compatibility_mode` folds layer norms and centres weights (TransformerLens's
+`ProcessWeights.process_weights`): seconds on a real model, and the same result every time for the
+same weights, TransformerLens version and flags. `processed_weights_cache(folder)` wraps that one
+call for the body of a load: the first load writes what it returns to
+$INTERP_CACHE/processed/<weights hash>-<dtype>.safetensors (atomically, beside its final name); a
+later load reads it back memory-mapped instead of recomputing. The file's metadata holds the whole
+key (the weights' sha256, TransformerLens / transformers / torch versions, the processing flags and
+the names, shapes and dtypes handed in); a file whose key differs (another TL version, other flags)
+is not read: a one-line note says so and it is rebuilt.
+
+`fast_tokenizer(folder)` builds the tokenizer straight from tokenizer.json with the Rust parser
+(as TransformerLens's own fallback does), skipping transformers' Python pass over the same JSON
+and its deep copy: on Gemma-3's 33 MB tokenizer.json that is most of the tokenizer's load time.
+There is no faster parsed form to cache: the Rust tokenizer's only other serialisation is a pickle,
+which interp never loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import os
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from interp.storage import write_tensors_atomic, write_text_atomic
+
+__all__ = ["CACHE_MIN_BYTES", "FAST_CLASSES", "fast_tokenizer", "file_sha256", "processed_path", "processed_weights_cache", "weights_bytes"]
+
+# Weights smaller than this are processed in milliseconds: caching them (every tiny test model)
+# would only fill the cache folder. `load(..., weights_cache=True)` caches any size.
+CACHE_MIN_BYTES = 32 << 20
+_FORMAT = "interp-processed/1"
+_LOCK = threading.Lock()  # one patched ProcessWeights at a time
+
+
+def _cache_dir() -> Path:
+    from interp.gguf import cache_dir
+
+    return cache_dir()
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, remembered in $INTERP_CACHE/hashes.json by (path, size, mtime), so a
+    reload does not read gigabytes to find a hash it already knows."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    memo_path = _cache_dir() / "hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    entry = memo.get(str(path))
+    if isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
+        return str(entry["sha256"])
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    memo[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+    try:  # a lost update (two writers at once) only costs a later rehash
+        write_text_atomic(memo_path, json.dumps(memo, indent=1))
+    except OSError:
+        pass
+    return digest.hexdigest()
+
+
+def _weights_hash(folder: Path) -> str:
+    files = sorted(folder.glob("*.safetensors"))
+    return hashlib.sha256("".join(f"{f.name}:{file_sha256(f)}" for f in files).encode()).hexdigest()
+
+
+def weights_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors"))
+
+
+def processed_path(folder: str | Path, dtype: torch.dtype | None, weights: str | None = None) -> Path:
+    """Where the processed weights of the model in `folder`, loaded in `dtype`, are cached."""
+    label = str(dtype or "default").removeprefix("torch.")
+    weights = weights or _weights_hash(Path(folder))
+    return _cache_dir() / "processed" / f"{weights[:40]}-{label}.safetensors"
+
+
+def _versions() -> dict[str, str]:
+    return {name: importlib.metadata.version(name) for name in ("transformer-lens", "transformers", "torch")}
+
+
+def _key(weights: str, inputs: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    shapes = hashlib.sha256(json.dumps(
+        [(k, list(v.shape), str(v.dtype)) for k, v in inputs.items()]).encode()).hexdigest()
+    return {"format": _FORMAT, "weights": weights, **_versions(), "flags": flags, "inputs": shapes}
+
+
+def _note(text: str) -> None:
+    # loading runs under quiet_loading (warnings and logs below ERROR are dropped): print the one line
+    print(f"interp: {text}", file=sys.stderr)
+
+
+def _read(path: Path, key: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor] | None:
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    if not path.exists():
+        return None
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+        found = json.loads(meta.get("key", "null"))
+        order = json.loads(meta.get("order", "[]"))
+    except Exception as err:  # a damaged file is rebuilt, never half-read
+        _note(f"processed-weight cache {path.name} is unreadable ({type(err).__name__}); rebuilding")
+        return None
+    if found != key:
+        differ = sorted(k for k in set(key) | set(found or {}) if (found or {}).get(k) != key.get(k))
+        _note(f"processed-weight cache {path.name} was written for other {', '.join(differ)}; rebuilding")
+        return None
+    tensors = load_file(str(path), device=str(device))  # memory-mapped on CPU
+    return {k: tensors[k] for k in order}
+
+
+def _write(path: Path, key: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
+    seen: set[tuple[int, int]] = set()
+    out = {}
+    for k, v in state.items():
+        v = v.detach().to("cpu").contiguous()
+        ident = (v.untyped_storage().data_ptr(), v.storage_offset())
+        out[k] = v.clone() if ident in seen else v  # safetensors refuses tensors that share memory
+        seen.add(ident)
+    try:
+        write_tensors_atomic(path, out, {"key": json.dumps(key), "order": json.dumps(list(state))})
+    except OSError as err:  # a read-only or full cache folder costs speed, not the load
+        _note(f"could not write the processed-weight cache {path} ({err})")
+
+
+@contextmanager
+def processed_weights_cache(folder: str | Path, dtype: torch.dtype | None) -> Iterator[None]:
+    """For the body, TransformerLens's weight processing reads its result from the cache when the
+    key matches, and writes it there when it does not (see the module docstring)."""
+    from transformer_lens.weight_processing import ProcessWeights
+
+    weights = _weights_hash(Path(folder))
+    path = processed_path(folder, dtype, weights)
+    original = ProcessWeights.__dict__["process_weights"]
+    signature = inspect.signature(original.__func__)
+
+    def cached(state_dict, cfg, *args, **kwargs):
+        bound = signature.bind(state_dict, cfg, *args, **kwargs)
+        bound.apply_defaults()
+        flags = {k: v for k, v in bound.arguments.items() if isinstance(v, (bool, int, float, str, type(None)))}
+        tensors = all(isinstance(v, torch.Tensor) for v in state_dict.values())
+        if not tensors or not state_dict:
+            return original.__func__(state_dict, cfg, *args, **kwargs)
+        key = _key(weights, state_dict, flags)
+        device = next(iter(state_dict.values())).device
+        hit = _read(path, key, device)
+        if hit is not None:
+            return hit
+        out = original.__func__(state_dict, cfg, *args, **kwargs)
+        if all(isinstance(v, torch.Tensor) for v in out.values()):
+            _write(path, key, out)
+        return out
+
+    with _LOCK:
+        ProcessWeights.process_weights = staticmethod(cached)
+        try:
+            yield
+        finally:
+            ProcessWeights.process_weights = original
+
+
+# keys of tokenizer_config.json that describe the file, not the tokenizer
+_NOT_INIT = {"tokenizer_class", "backend", "is_local", "local_files_only", "auto_map", "added_tokens_decoder"}
+# tokenizer classes whose behaviour is all in tokenizer.json (checked against AutoTokenizer in
+# tests/test_model.py and, for the real models, tests/test_real.py)
+FAST_CLASSES = {"GemmaTokenizer", "GemmaTokenizerFast", "TokenizersBackend", "PreTrainedTokenizerFast"}
+
+
+def fast_tokenizer(folder: str | Path):
+    """The tokenizer of `folder` built from its tokenizer.json by the Rust parser alone, with the
+    settings of tokenizer_config.json and BOS added as TransformerLens asks; None when the folder's
+    tokenizer class is not one known to keep all its behaviour in tokenizer.json."""
+    folder = Path(folder)
+    cfg_path, file = folder / "tokenizer_config.json", folder / "tokenizer.json"
+    if not (cfg_path.exists() and file.exists()):
+        return None
+    config = json.loads(cfg_path.read_text())
+    if config.get("tokenizer_class") not in FAST_CLASSES:
+        return None
+    import transformers
+    from transformers import PreTrainedTokenizerFast
+
+    kwargs = {k: v for k, v in config.items() if k not in _NOT_INIT}
+    named = getattr(transformers, config["tokenizer_class"], None)  # its class defaults (Gemma pads left)
+    for attr in ("padding_side", "truncation_side"):
+        if named is not None and isinstance(getattr(named, attr, None), str):
+            kwargs.setdefault(attr, getattr(named, attr))
+    template = folder / "chat_template.jinja"
+    if template.exists() and "chat_template" not in kwargs:
+        kwargs["chat_template"] = template.read_text()
+    kwargs.update(add_bos_token=True, name_or_path=str(folder))
+    return PreTrainedTokenizerFast(tokenizer_file=str(file), **kwargs)

@@ -1,0 +1,157 @@
+"""Fast reloads (interp.load_cache): a second load reads the processed weights from the cache and
+equals an uncached load; a cache written for another TransformerLens version or other flags is
+rebuilt with a one-line note, never read."""
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import interp
+from interp import load_cache
+
+PROMPT = "when mary and john went to the store , john gave a drink to"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def folds(monkeypatch):
+    """Counts TransformerLens's layer-norm folds: the work a cached load skips."""
+    from transformer_lens.weight_processing import ProcessWeights
+
+    calls = []
+    original = ProcessWeights.__dict__["fold_layer_norm"].__func__
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ProcessWeights, "fold_layer_norm", staticmethod(counted))
+    return calls
+
+
+def _same(a, b):
+    tokens = a.to_tokens(PROMPT)
+    with torch.no_grad():
+        assert torch.equal(a(tokens), b(tokens))
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_second_load_reads_the_cache_and_equals_an_uncached_load(family, tmp_path, cache, folds):
+    folder = interp.build_tiny(family, tmp_path / family, seed=3)
+    plain = interp.load(folder, weights_cache=False)
+    assert len(folds) == 1 and not (cache / "processed").exists()
+    first = interp.load(folder, weights_cache=True)
+    assert len(folds) == 2
+    path = load_cache.processed_path(folder, None)
+    assert path.exists() and not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temp left
+    second = interp.load(folder, weights_cache=True)
+    assert len(folds) == 2  # read, not recomputed
+    _same(plain, first)
+    _same(plain, second)
+
+
+def test_tiny_models_are_not_cached_by_default(tmp_path, cache):
+    folder = interp.build_tiny("llama", tmp_path / "m")
+    interp.load(folder)
+    assert not (cache / "processed").exists()
+
+
+def _rewrite_key(path, change):
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    key = json.loads(meta["key"])
+    change(key)
+    meta["key"] = json.dumps(key)
+    save_file(tensors, str(path), metadata=meta)
+
+
+@pytest.mark.parametrize("change", [
+    lambda key: key.update({"transformer-lens": "3.0.0"}),
+    lambda key: key["flags"].update({"center_unembed": False}),
+    lambda key: key.update({"weights": "0" * 64}),
+])
+def test_a_foreign_cache_is_rebuilt_with_a_note(change, tmp_path, cache, folds, capsys):
+    folder = interp.build_tiny("llama", tmp_path / "m", seed=4)
+    plain = interp.load(folder, weights_cache=True)
+    path = load_cache.processed_path(folder, None)
+    _rewrite_key(path, change)
+    # a foreign file's tensors must not be read: poison them, keeping the (foreign) key
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) * 0 + 7 for k in f.keys()}
+    save_file(tensors, str(path), metadata=meta)
+    capsys.readouterr()
+    again = interp.load(folder, weights_cache=True)
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and "rebuilding" in note[0] and path.name in note[0]
+    assert len(folds) == 2
+    _same(plain, again)
+    third = interp.load(folder, weights_cache=True)  # the rebuilt file is read
+    assert len(folds) == 2
+    _same(plain, third)
+
+
+def test_a_damaged_cache_is_rebuilt(tmp_path, cache, capsys):
+    folder = interp.build_tiny("llama", tmp_path / "m", seed=5)
+    plain = interp.load(folder, weights_cache=True)
+    path = load_cache.processed_path(folder, None)
+    path.write_bytes(path.read_bytes()[:100])
+    again = interp.load(folder, weights_cache=True)
+    assert "rebuilding" in capsys.readouterr().err
+    _same(plain, again)
+
+
+def test_file_hash_is_remembered_and_notices_a_change(tmp_path, cache):
+    f = tmp_path / "w.bin"
+    f.write_bytes(b"abc")
+    first = load_cache.file_sha256(f)
+    assert json.loads((cache / "hashes.json").read_text())[str(f.resolve())]["sha256"] == first
+    f.write_bytes(b"abcd")
+    assert load_cache.file_sha256(f) != first
+
+
+def test_fast_tokenizer_equals_the_auto_tokenizer(tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = interp.build_tiny("llama", tmp_path / "m")
+    copy = tmp_path / "backend"
+    shutil.copytree(folder, copy)
+    cfg = json.loads((copy / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = "TokenizersBackend"
+    (copy / "tokenizer_config.json").write_text(json.dumps(cfg))
+    fast, auto = load_cache.fast_tokenizer(copy), AutoTokenizer.from_pretrained(str(copy), add_bos_token=True)
+    for text in (PROMPT, "the cat", ""):
+        assert fast(text).input_ids == auto(text).input_ids
+        assert fast.decode(auto(text).input_ids) == auto.decode(auto(text).input_ids)
+    assert (fast.bos_token_id, fast.eos_token_id, fast.pad_token_id) == (auto.bos_token_id, auto.eos_token_id, auto.pad_token_id)
+    cfg["tokenizer_class"] = "BertTokenizer"  # behaviour outside tokenizer.json: not built this way
+    (copy / "tokenizer_config.json").write_text(json.dumps(cfg))
+    assert load_cache.fast_tokenizer(copy) is None
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_real_model_reload_equals_an_uncached_load(name, real_cache):
+    from transformers import AutoTokenizer
+
+    uncached = interp.load(name, weights_cache=False)
+    interp.load(name)  # writes the cache
+    cached = interp.load(name)  # reads it
+    _same(uncached, cached)
+    folder = interp.model.resolve(name)
+    auto = AutoTokenizer.from_pretrained(folder, add_bos_token=True)
+    for text in (PROMPT, "When Mary and John went to the store, John gave a drink to", " émigré 東京\n\nx", ""):
+        assert cached.tokenizer(text).input_ids == auto(text).input_ids
+        assert torch.equal(cached.to_tokens(text), uncached.to_tokens(text))
+    assert cached.tokenizer.padding_side == auto.padding_side
