@@ -250,8 +250,8 @@ def validate(
     Grid [method, quantity, metric]: method = full / core_only (mu + P(h - mu)) / core_removed
     (h - P(h - mu)) / core_flipped (h - 2P(h - mu)), applied at core.site at the answer
     positions; quantity = core / random_mean / random_std (over `n_random` random orthonormal
-    bases with the core's mean, `linalg.random_basis(d_model, k, seed + i)`); metric =
-    logit_diff (mean) / binary_accuracy (chance 0.5).
+    bases with the core's mean, `linalg.random_basis(d_model, k, seed + i)`; every draw's value is
+    in meta["random_draws"][mode][metric]); metric = logit_diff (mean) / binary_accuracy (chance 0.5).
 
     Every (intervention, basis) pair is one `Project` variant of `interp.run.evaluate`, so they
     run side by side in batched forwards that begin at the core's block and first answer position.
@@ -277,8 +277,12 @@ def validate(
         values[i, 0] = by_mode[i - 1, 0]
         values[i, 1] = rand.mean(0).float()
         values[i, 2] = rand.std(0).float() if n_random > 1 else 0.0
+    # every draw kept (not only mean and std): a control's spread is its range over draws
+    draws = {mode: {metric: [float(v) for v in by_mode[i, 1:, m]] for m, metric in enumerate(("logit_diff", "binary_accuracy"))}
+             for i, mode in enumerate(INTERVENTIONS[1:])}
     meta = {"site": core.site, "k": core.k, "method": core.method, "task": task.name, "split": task.split,
-            "n": len(task), "n_random": n_random, "seed": seed, "chance": {"binary_accuracy": 0.5, "logit_diff": 0.0}}
+            "n": len(task), "n_random": n_random, "seed": seed, "chance": {"binary_accuracy": 0.5, "logit_diff": 0.0},
+            "random_draws": draws}
     return Grid(values, ("method", "quantity", "metric"),
                 (INTERVENTIONS, ("core", "random_mean", "random_std"), ("logit_diff", "binary_accuracy")), meta)
 

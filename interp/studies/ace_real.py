@@ -42,6 +42,7 @@ __all__ = [
 
 REAL_MODELS = ("smollm2-135m", "gemma3-270m")
 N_SHUFFLES = 20
+N_RANDOM = 20  # random subspaces per validation: a spread needs >= 20 draws (issue 26)
 
 
 def shared_vocabulary(models: dict[str, Any]) -> dict[str, tuple]:
@@ -67,13 +68,22 @@ def matched_tasks(models: dict[str, Any], make: Callable[[Any], Task]) -> dict[s
 def core_verdict(grid, *, margin: float = 3.0) -> dict[str, Any]:
     """Necessity / sufficiency from a `validate` Grid, on the mean logit difference.
 
-    necessary: removing the core keeps at most half the full logit difference and lies more than
-    `margin` random standard deviations below the random subspaces' mean (floor: 1 % of |full|);
-    sufficient: keeping only the core keeps at least half and lies that far above the random
-    mean. Absent task information at the site, both come out False.
+    necessary: removing the core keeps at most half the full logit difference, lies more than
+    `margin` random standard deviations below the random subspaces' mean (floor: 1 % of |full|)
+    and below every random draw; sufficient: keeping only the core keeps at least half and lies
+    that far above the random mean and above every draw. With the draws in the grid's meta
+    (`validate` keeps them) each intervention also reports the random range and in how many draws
+    a random subspace did as well as the core (`random_beats_core`). Absent task information at
+    the site, both come out False.
     """
     ld = {m: {q: float(grid.sel(method=m, quantity=q, metric="logit_diff").values) for q in ("core", "random_mean", "random_std")}
           for m in INTERVENTIONS}
+    draws = grid.meta.get("random_draws", {})
+    for m in INTERVENTIONS[1:]:
+        d = draws.get(m, {}).get("logit_diff") or [ld[m]["random_mean"]]
+        # "as well as the core": higher for core_only (keeping), lower for removed / flipped (hurting)
+        beats = sum(v >= ld[m]["core"] for v in d) if m == "core_only" else sum(v <= ld[m]["core"] for v in d)
+        ld[m].update(random_min=min(d), random_max=max(d), random_beats_core=int(beats), n_random=len(d))
     full = ld["full"]["core"]
     floor = 0.01 * abs(full)
 
@@ -83,16 +93,18 @@ def core_verdict(grid, *, margin: float = 3.0) -> dict[str, Any]:
     return {
         "full_logit_diff": full,
         "necessary": bool(full > 0 and ld["core_removed"]["core"] <= 0.5 * full
-                          and ld["core_removed"]["core"] < ld["core_removed"]["random_mean"] - gap("core_removed")),
+                          and ld["core_removed"]["core"] < ld["core_removed"]["random_mean"] - gap("core_removed")
+                          and ld["core_removed"]["random_beats_core"] == 0),
         "sufficient": bool(full > 0 and ld["core_only"]["core"] >= 0.5 * full
-                           and ld["core_only"]["core"] > ld["core_only"]["random_mean"] + gap("core_only")),
+                           and ld["core_only"]["core"] > ld["core_only"]["random_mean"] + gap("core_only")
+                           and ld["core_only"]["random_beats_core"] == 0),
         "logit_diff": {m: ld[m] for m in INTERVENTIONS[1:]},
         "accuracy": {m: {q: float(grid.sel(method=m, quantity=q, metric="binary_accuracy").values) for q in ("core", "random_mean")}
                      for m in INTERVENTIONS},
     }
 
 
-def layer_scan(model, fit: Task, test: Task, layers: Sequence[int], *, n_random: int = 2, progress: bool = True,
+def layer_scan(model, fit: Task, test: Task, layers: Sequence[int], *, n_random: int = N_RANDOM, progress: bool = True,
                desc: str = "layers") -> list[dict[str, Any]]:
     """Per layer: the ACE core at `blocks.L.hook_resid_post` on `fit`, validated on `test`."""
     rows = []
@@ -199,39 +211,55 @@ def default_layers(model, count: int) -> list[int]:
     """`count` layers spread evenly, ending at the last (SmolLM2's 30: 4, 9, ..., 29; Gemma-3's
     18: 2, 5, ..., 17): what this CPU allows, not every layer."""
     n = model.cfg.n_layers
+    count = count or n  # 0: every layer
     return sorted({round((i + 1) * n / count) - 1 for i in range(count)})
 
 
+def _unit(units, config: dict[str, Any], fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One resumable unit of the study (`interp.studies.units.Units.run`), or `fn()` without a store."""
+    return units.run(config, lambda *_: fn()) if units is not None else fn()
+
+
+def _scan_json(scan: list[dict[str, Any]]) -> dict[str, Any]:
+    best = min(scan, key=_flip_rank)
+    return {"layers_scanned": [r["layer"] for r in scan], "axis_layer": best["layer"], "axis_site": best["site"],
+            "scan": {str(r["layer"]): {"k": r["core"].k, "spectrum": r["spectrum"], **r["verdict"]} for r in scan}}
+
+
 def sva_real(models: dict[str, Any], *, n_fit: int = 64, n_test: int = 64, n_align: int = 128, count: int = 6,
-             progress: bool = True) -> dict[str, Any]:
-    """The SVA core per layer in each model (k, necessity, sufficiency against random subspaces),
-    and the core axis aligned across every ordered pair of models on matched prompts."""
+             n_random: int = N_RANDOM, progress: bool = True, units=None) -> dict[str, Any]:
+    """The SVA core per layer in each model (k, necessity, sufficiency against `n_random` random
+    subspaces), and the core axis aligned across every ordered pair of models on matched prompts.
+    Units: one layer scan per model, one alignment of all pairs (it re-extracts each axis from
+    the scan's chosen layer: extraction is deterministic)."""
     vocab = shared_vocabulary(models)
     fit, test, al = (sva_tasks(models, vocab, n, seed) for n, seed in ((n_fit, 1), (n_test, 2), (n_align, 3)))
     out: dict[str, Any] = {"prompts": {"fit": len(next(iter(fit.values()))), "test": len(next(iter(test.values()))),
                                        "align": len(next(iter(al.values())))},
-                           "example": next(iter(fit.values())).text[0], "models": {}}
-    axes: dict[str, Core] = {}
+                           "example": next(iter(fit.values())).text[0], "n_random": n_random, "models": {}}
+    base = {"section": "real_sva", "models": list(models), "n_fit": n_fit, "n_test": n_test, "n_random": n_random}
     for name, model in models.items():
-        scan = layer_scan(model, fit[name], test[name], default_layers(model, count), progress=progress, desc=f"sva {name}")
-        best = min(scan, key=_flip_rank)
-        axes[name] = best["core"].truncated(1)
-        out["models"][name] = {
-            "layers_scanned": [r["layer"] for r in scan], "axis_layer": best["layer"], "axis_site": best["site"],
-            "scan": {str(r["layer"]): {"k": r["core"].k, "spectrum": r["spectrum"], **r["verdict"]} for r in scan},
-        }
-    labels = subject_number(next(iter(al.values())).text, vocab["nouns"])
-    pairs = {}
-    for a in models:
-        for b in models:
-            if a == b:
-                continue
-            za = axes[a].coordinates(activations(models[a], al[a], axes[a].site))
-            zb = axes[b].coordinates(activations(models[b], al[b], axes[b].site))
-            ra = [_random_coords(models[a], al[a], axes[a], s) for s in range(3)]
-            rb = [_random_coords(models[b], al[b], axes[b], 100 + s) for s in range(3)]
-            pairs[f"{a}->{b}"] = alignment_with_controls(za, zb, labels, random_za=ra, random_zb=rb)
-    out["axis_alignment"] = pairs
+        layers = default_layers(model, count)
+        out["models"][name] = _unit(units, {**base, "part": "scan", "model": name, "layers": layers}, lambda: _scan_json(
+            layer_scan(model, fit[name], test[name], layers, n_random=n_random, progress=progress, desc=f"sva {name}")))
+
+    def alignment() -> dict[str, Any]:
+        axes = {n: extract(models[n], fit[n], site=v["axis_site"], batch_size=32).truncated(1) for n, v in out["models"].items()}
+        labels = subject_number(next(iter(al.values())).text, vocab["nouns"])
+        pairs = {}
+        for a in models:
+            for b in models:
+                if a == b:
+                    continue
+                za = axes[a].coordinates(activations(models[a], al[a], axes[a].site))
+                zb = axes[b].coordinates(activations(models[b], al[b], axes[b].site))
+                ra = [_random_coords(models[a], al[a], axes[a], s) for s in range(3)]
+                rb = [_random_coords(models[b], al[b], axes[b], 100 + s) for s in range(3)]
+                pairs[f"{a}->{b}"] = alignment_with_controls(za, zb, labels, random_za=ra, random_zb=rb)
+        return pairs
+
+    sites = {n: v["axis_site"] for n, v in out["models"].items()}
+    out["axis_alignment"] = _unit(units, {**base, "part": "alignment", "n_align": n_align, "axis_sites": sites}, alignment)
     return out
 
 
@@ -263,49 +291,66 @@ def _alignment(za, zb, core_a: Core, core_b: Core, perm: torch.Tensor | None = N
 
 
 def ioi_real(models: dict[str, Any], *, n_fit: int = 32, n_test: int = 32, n_align: int = 64, count: int = 3,
-             n_controls: int = 3, progress: bool = True) -> dict[str, Any]:
+             n_controls: int = 3, n_random: int = N_RANDOM, progress: bool = True, units=None) -> dict[str, Any]:
     """Two-site IOI cores per model, the operator between them (fit, held-out prompts, held-out
-    names), and the operator carried across models against shuffled-prompt alignments."""
+    names) beside its identity and shuffled-row baselines (`interp.cores.controls`), and the
+    operator carried across models against shuffled-prompt alignments. Units: one per model
+    (scan, sites, operator), one for the transfers (it re-extracts the chosen cores)."""
+    from interp.cores.controls import operator_baselines
+
     vocab = shared_vocabulary(models)
     fit, test, al = (ioi_tasks(models, vocab, n, seed) for n, seed in ((n_fit, 1), (n_test, 2), (n_align, 3)))
     held = ioi_tasks(models, vocab, n_test, 4, split="mixed_heldout")
     out: dict[str, Any] = {"prompts": {"fit": len(next(iter(fit.values()))), "test": len(next(iter(test.values()))),
                                        "align": len(next(iter(al.values()))), "heldout_names": len(next(iter(held.values())))},
-                           "example": next(iter(fit.values())).text[0], "models": {}}
-    chosen = {}
-    for name, model in models.items():
-        scan = layer_scan(model, fit[name], test[name], default_layers(model, count), progress=progress, desc=f"ioi {name}")
+                           "example": next(iter(fit.values())).text[0], "n_random": n_random, "models": {}}
+    base = {"section": "real_ioi", "models": list(models), "n_fit": n_fit, "n_test": n_test, "n_random": n_random}
+
+    def one(name: str, model, layers: list[int]) -> dict[str, Any]:
+        scan = layer_scan(model, fit[name], test[name], layers, n_random=n_random, progress=progress, desc=f"ioi {name}")
         two = sorted(sorted(scan, key=_flip_rank)[:2], key=lambda r: r["layer"])
         c_in, c_out = two[0]["core"], two[1]["core"]
         op = fit_operator(model, c_in, fit[name], target=c_out)
-        chosen[name] = (c_in, c_out, op)
-        out["models"][name] = {
-            "layers_scanned": [r["layer"] for r in scan], "sites": [c_in.site, c_out.site], "k": [c_in.k, c_out.k],
-            "operator_r2_fit": op.r2, "operator_r2_heldout_prompts": score_operator(model, op, c_in, c_out, test[name]),
-            "operator_r2_heldout_names": score_operator(model, op, c_in, c_out, held[name]),
-            "scan": {str(r["layer"]): {"k": r["core"].k, "spectrum": r["spectrum"], **r["verdict"]} for r in scan},
-        }
-    g = torch.Generator().manual_seed(0)
-    transfers = {}
-    for a in models:
-        for b in models:
-            if a == b:
-                continue
-            (ca_in, ca_out, op), (cb_in, cb_out, _) = chosen[a], chosen[b]
-            z = {key: core.coordinates(activations(models[m], al[m], core.site))
-                 for key, m, core in (("a_in", a, ca_in), ("a_out", a, ca_out), ("b_in", b, cb_in), ("b_out", b, cb_out))}
-            al_in, al_out = _alignment(z["a_in"], z["b_in"], ca_in, cb_in), _alignment(z["a_out"], z["b_out"], ca_out, cb_out)
-            moved = score_operator(models[b], transfer(op, al_in, al_out), cb_in, cb_out, test[b])
-            controls = []
-            for _ in range(n_controls):
-                perm = torch.randperm(len(z["b_in"]), generator=g)
-                ctl = transfer(op, _alignment(z["a_in"], z["b_in"], ca_in, cb_in, perm),
-                               _alignment(z["a_out"], z["b_out"], ca_out, cb_out, perm))
-                controls.append(score_operator(models[b], ctl, cb_in, cb_out, test[b]))
-            transfers[f"{a}->{b}"] = {
-                "r2_after_transfer": moved, "control_mean": sum(controls) / len(controls), "control_max": max(controls),
-                "beats_control": bool(moved > max(controls)), "own_operator_r2": out["models"][b]["operator_r2_heldout_prompts"],
-                "alignment_in_r2_heldout": al_in.r2_heldout, "alignment_out_r2_heldout": al_out.r2_heldout,
-            }
-    out["transfer"] = transfers
+        return {"layers_scanned": [r["layer"] for r in scan], "sites": [c_in.site, c_out.site], "k": [c_in.k, c_out.k],
+                "operator_r2_fit": op.r2, "operator_r2_heldout_prompts": score_operator(model, op, c_in, c_out, test[name]),
+                "operator_r2_heldout_names": score_operator(model, op, c_in, c_out, held[name]),
+                "baselines": operator_baselines(model, c_in, c_out, fit[name], test[name]),
+                "scan": {str(r["layer"]): {"k": r["core"].k, "spectrum": r["spectrum"], **r["verdict"]} for r in scan}}
+
+    for name, model in models.items():
+        layers = default_layers(model, count)
+        out["models"][name] = _unit(units, {**base, "part": "model", "model": name, "layers": layers},
+                                    lambda: one(name, model, layers))
+
+    def transfers() -> dict[str, Any]:
+        chosen = {}
+        for name, v in out["models"].items():
+            c_in, c_out = (extract(models[name], fit[name], site=s, batch_size=32) for s in v["sites"])
+            chosen[name] = (c_in, c_out, fit_operator(models[name], c_in, fit[name], target=c_out))
+        g = torch.Generator().manual_seed(0)
+        result = {}
+        for a in models:
+            for b in models:
+                if a == b:
+                    continue
+                (ca_in, ca_out, op), (cb_in, cb_out, _) = chosen[a], chosen[b]
+                z = {key: core.coordinates(activations(models[m], al[m], core.site))
+                     for key, m, core in (("a_in", a, ca_in), ("a_out", a, ca_out), ("b_in", b, cb_in), ("b_out", b, cb_out))}
+                al_in, al_out = _alignment(z["a_in"], z["b_in"], ca_in, cb_in), _alignment(z["a_out"], z["b_out"], ca_out, cb_out)
+                moved = score_operator(models[b], transfer(op, al_in, al_out), cb_in, cb_out, test[b])
+                controls = []
+                for _ in range(n_controls):
+                    perm = torch.randperm(len(z["b_in"]), generator=g)
+                    ctl = transfer(op, _alignment(z["a_in"], z["b_in"], ca_in, cb_in, perm),
+                                   _alignment(z["a_out"], z["b_out"], ca_out, cb_out, perm))
+                    controls.append(score_operator(models[b], ctl, cb_in, cb_out, test[b]))
+                result[f"{a}->{b}"] = {
+                    "r2_after_transfer": moved, "control_mean": sum(controls) / len(controls), "control_max": max(controls),
+                    "beats_control": bool(moved > max(controls)), "own_operator_r2": out["models"][b]["operator_r2_heldout_prompts"],
+                    "alignment_in_r2_heldout": al_in.r2_heldout, "alignment_out_r2_heldout": al_out.r2_heldout,
+                }
+        return result
+
+    sites = {n: v["sites"] for n, v in out["models"].items()}
+    out["transfer"] = _unit(units, {**base, "part": "transfer", "n_align": n_align, "n_controls": n_controls, "sites": sites}, transfers)
     return out

@@ -1,22 +1,27 @@
 """Algorithmic cores (Schiffman 2026) at toy scale: the reproduction (`interp repro cores`) and the
-demo section. Built from public names of `interp.cores` only. See docs/cores.md.
+demo section. Built from public names of `interp.cores`. See docs/cores.md.
+
+The study is a set of resumable units (`interp.studies.units`): one per Markov seed, per zoo
+family and task, per retrained name-code size, per real model and section, plus the cross-model
+alignments and transfers. `BUDGETS` names what each budget runs; `repro(budget=...)` aggregates the
+stored units into one JSON with its provenance.
 
 Site rules (fixed here so every number in the repro is reproducible):
 
-* markov: `blocks.0.hook_resid_post` (between the two layers) with the centred logits of the four
-  states as the task output. Not `ln_final.hook_normalized`: there the gradients of four centred
-  logits span exactly 3 dimensions whatever the model does, so k = 3 would be forced; here they
-  span about 30 and k comes from the spectral gap. Cross-seed angles are reported beside the
-  angles of random k-planes (`random_plane_angles`).
+* markov: `blocks.0.hook_resid_post` (between the two layers), output the four states' centred
+  logits. k = 3 is fixed by the task: a 4-state next-state distribution has 3 free dimensions.
+  The operator's eigenvalue error sits beside the same fit on random 3-planes (`draws` of them),
+  on PCA and class-mean codes, and on the one-hot state itself (`interp.cores.controls`).
 * modular: `blocks.0.hook_resid_post` (the one layer's output) at "=", output the logit difference.
-* sva: each family's residual layer (hook_resid_post) with the smallest core dimension, ties
-  broken by the lower core-removed accuracy; the axis aligned across families is the core's
-  first direction.
-* ioi: the two residual layers whose core flip hurts most (lowest core-flipped accuracy), in
-  layer order; the operator maps the earlier core's coordinates to the later one's.
-* controls: SVA axis alignments beside shuffled-prompt, within-number and random-direction fits
-  (`interp.studies.ace_real.alignment_with_controls`); IOI transfer beside several alignments fitted
-  on shuffled prompts; IOI held out on names never seen in an IOI sentence (`english.ioi` "test").
+* sva: every residual layer is read; per layer the spectral-gap core and its first direction (k = 1
+  at every layer, so layers compare at equal k) are validated against `draws` random subspaces of
+  the same k, with the share of the output gradients on one direction (1 at the readout). The
+  smallest-k rule (ties: lower core-removed accuracy) picks the layer whose axis is aligned.
+* ioi: the two residual layers whose core flip hurts most, in layer order; the operator maps the
+  earlier core to the later one, beside the identity map, a shuffled-row fit and random
+  subspaces; k is also read on held-out rows (`controls.heldout_k`), and the name-code size the
+  zoo imposes is varied by retraining one family with another size (a unit; the weights stay in
+  the unit store, never in the repo).
 * real models (SmolLM2-135M, Gemma-3-270M): `interp.studies.ace_real`.
 """
 
@@ -32,18 +37,40 @@ import torch
 from tqdm.auto import tqdm
 
 from interp.cores import (
-    INTERVENTIONS, Alignment, Core, Operator, ValidationBars, activations, align, align_coordinates, extract,
-    fit_operator, fourier_power, gradients, matched_activations, score_operator, transfer, validate,
+    INTERVENTIONS, Alignment, Core, ValidationBars, activations, align, align_coordinates, extract, fit_operator,
+    fourier_power, gradients, matched_activations, score_operator, transfer, validate,
 )
+from interp.cores import controls
 from interp.cores.linalg import principal_angles, random_basis
-from interp.studies.ace_real import alignment_with_controls, core_verdict
 from interp.model import ZOO_DIR, load
 from interp.results import Grid, Heading
+from interp.studies.ace_real import alignment_with_controls, core_verdict
 
-__all__ = ["DECODERS", "MARKOV_SITE", "demo_section", "random_plane_angles", "repro", "repro_markdown"]
+__all__ = ["BUDGETS", "DECODERS", "MARKOV_SITE", "demo_section", "random_plane_angles", "repro", "repro_markdown"]
 
+STUDY = "cores"
 DECODERS = ("gpt2", "llama", "gemma2", "qwen2")
 MARKOV_SITE = "blocks.0.hook_resid_post"
+ZOO_VERSION = 2  # bump when a zoo unit's code changes what it computes
+REAL_VERSION = 2
+_ZOO = ["markov", "modular", "sva", "ioi"]
+BUDGETS: dict[str, dict[str, Any]] = {
+    # what the tests run: one Markov seed, one family, no real models, no retraining (seconds)
+    "quick": {"sections": ["markov", "sva", "ioi"], "markov_seeds": [0], "markov_rows": 128, "operator_rows": 64,
+              "families": ["llama"], "rows": 128, "align_prompts": 64, "draws": 20, "code_sizes": [],
+              "real_models": [], "real_sva": [32, 32, 64, 2], "real_ioi": [16, 16, 32, 2]},
+    # the committed run (docs/cores_repro.json): 2-core CPU
+    "cpu": {"sections": _ZOO + ["real"], "markov_seeds": [0, 1, 2], "markov_rows": 512, "operator_rows": 256,
+            "families": list(DECODERS), "rows": 512, "align_prompts": 256, "draws": 20, "code_sizes": ["gpt2:6"],
+            "real_models": ["smollm2-135m", "gemma3-270m"], "real_sva": [64, 64, 128, 6], "real_ioi": [32, 32, 64, 3]},
+    # the paper gives no toy schedule; this is every layer and 8x the prompts on the real models,
+    # 100 random draws, and two more name-code sizes
+    "paper": {"sections": _ZOO + ["real"], "markov_seeds": [0, 1, 2], "markov_rows": 512, "operator_rows": 1024,
+              "families": list(DECODERS), "rows": 512, "align_prompts": 512, "draws": 100,
+              "code_sizes": ["gpt2:6", "gpt2:16", "qwen2:4"], "real_models": ["smollm2-135m", "gemma3-270m"],
+              "real_sva": [512, 512, 512, 0], "real_ioi": [256, 256, 512, 0]},
+}
+# real_sva / real_ioi: [prompts to fit, to test, to align, layers scanned (0 = every layer)]
 
 
 def _round(x: Any, n: int = 4) -> Any:
@@ -57,13 +84,16 @@ def _round(x: Any, n: int = 4) -> Any:
 
 
 def _validation_dict(grid: Grid) -> dict[str, Any]:
-    """{intervention: {metric: {core, random_mean, random_std}}}."""
+    """{intervention: {metric: {core, random_mean, random_std[, random_min, random_max]}}}."""
+    draws = grid.meta.get("random_draws", {})
     out: dict[str, Any] = {}
     for i, method in enumerate(grid.labels[0]):
-        out[str(method)] = {
-            str(metric): {str(q): float(grid.values[i, j, m]) for j, q in enumerate(grid.labels[1])}
-            for m, metric in enumerate(grid.labels[2])
-        }
+        out[str(method)] = {}
+        for m, metric in enumerate(grid.labels[2]):
+            cell = {str(q): float(grid.values[i, j, m]) for j, q in enumerate(grid.labels[1])}
+            if d := draws.get(str(method), {}).get(str(metric)):
+                cell.update(random_min=min(d), random_max=max(d))
+            out[str(method)][str(metric)] = cell
     return out
 
 
@@ -77,21 +107,17 @@ def _load_zoo(name: str):
     return load(f"zoo:{name}")
 
 
-def _match_eigenvalues(found: torch.Tensor, true: torch.Tensor) -> tuple[list, float]:
-    """Pair found and true eigenvalues (Hungarian on |difference|); (pairs, max abs error)."""
-    from scipy.optimize import linear_sum_assignment
+class _NoStore:
+    """Units without a store (the notebook's direct calls): every unit runs."""
 
-    cost = (found[:, None] - true[None, :]).abs().numpy()
-    rows, cols = linear_sum_assignment(cost)
-    pairs = [[[float(found[r].real), float(found[r].imag)], [float(true[c].real), float(true[c].imag)]] for r, c in zip(rows, cols)]
-    worst = float(cost[rows, cols].max()) if len(rows) else float("nan")
-    if found.numel() != true.numel():
-        worst = float("nan")
-    return pairs, worst
+    root = None
+    ran = 0
 
+    def run(self, config: dict[str, Any], fn) -> dict[str, Any]:
+        return json.loads(json.dumps(fn()))
 
-# ---------------------------------------------------------------------------------------------
-# sections
+    def get(self, config: dict[str, Any]) -> None:
+        return None
 
 
 def random_plane_angles(d: int, k: int, *, n: int = 2000, seed: int = 0) -> dict[str, list[float]]:
@@ -108,54 +134,70 @@ def random_plane_angles(d: int, k: int, *, n: int = 2000, seed: int = 0) -> dict
     return {"mean": x.mean(0).tolist(), "p05": x.quantile(0.05, dim=0).tolist(), "p95": x.quantile(0.95, dim=0).tolist(), "pairs": n}
 
 
-def _split_half_angles(model, task, site: str, k: int) -> list[float]:
-    """Angles between the cores (same k) extracted from the two halves of `task`: how well the
-    data determine the core (0 = the same subspace)."""
-    half = len(task) // 2
-    a = extract(model, task[:half], site=site, k=k, output="candidates")
-    b = extract(model, task[half:], site=site, k=k, output="candidates")
-    return principal_angles(a.basis, b.basis).tolist()
+# ---------------------------------------------------------------------------------------------
+# markov
 
 
-def markov_section(progress: bool = True, n: int = 512) -> dict[str, Any]:
+def _markov_seed(seed: int, n: int, operator_rows: int, draws: int) -> dict[str, Any]:
     from interp.tasks import markov
 
+    name = f"markov-s{seed}"
+    model = _load_zoo(name)
+    if model is None:
+        return {"error": f"zoo model {name} is not shipped"}
     chain = markov.random_chain(4, seed=0)
     true = chain.nonunit_eigenvalues.to(torch.complex64)
-    out: dict[str, Any] = {"site": MARKOV_SITE, "output": "candidates", "true_nonunit_eigenvalues": [[float(e.real), float(e.imag)] for e in true], "seeds": {}}
-    core_by_seed: dict[str, Core] = {}
-    for s in tqdm(range(3), desc="cores: markov seeds", disable=not progress):
-        name = f"markov-s{s}"
-        model = _load_zoo(name)
-        if model is None:
-            out["seeds"][name] = {"error": f"zoo model {name} is not shipped"}
-            continue
-        task = markov.markov(n, chain=chain, length=32, split="test", seed=1)
-        _, grads = gradients(model, task, MARKOV_SITE, output="candidates")
-        core = extract(model, task, site=MARKOV_SITE, output="candidates")
-        rows = torch.tensor(markov.sample(chain, 256, 32, seed=7))
-        op = fit_operator(model, core, rows, start=4)
-        pairs, err = _match_eigenvalues(op.eigenvalues, true)
-        grid = validate(model, core, task, n_random=3, progress=False)
-        core_by_seed[name] = core
-        out["seeds"][name] = {
-            "k": core.k, "gradient_rank": int(torch.linalg.matrix_rank(grads.double(), rtol=1e-4)),
-            "spectrum": core.spectrum[:6].tolist(),
-            "eigenvalues": [[float(e.real), float(e.imag)] for e in op.eigenvalues],
-            "matched_found_vs_true": pairs, "max_abs_error": err, "operator_r2": op.r2,
-            "split_half_angles_rad": _split_half_angles(model, task, MARKOV_SITE, core.k),
-            "validation_accuracy": {m: _validation_dict(grid)[m]["binary_accuracy"] for m in INTERVENTIONS},
-        }
-    names = sorted(core_by_seed)
-    out["principal_angles_rad"] = {
-        f"{a}|{b}": principal_angles(core_by_seed[a].basis, core_by_seed[b].basis).tolist()
-        for i, a in enumerate(names) for b in names[i + 1 :]
+    task = markov.markov(n, chain=chain, length=32, split="test", seed=1)
+    _, grads = gradients(model, task, MARKOV_SITE, output="candidates")
+    core = extract(model, task, site=MARKOV_SITE, output="candidates")
+    rows = torch.tensor(markov.sample(chain, operator_rows, 32, seed=7))
+    op = fit_operator(model, core, rows, start=4)
+    pairs, err = controls.match_eigenvalues(op.eigenvalues, true)
+    grid = validate(model, core, task, n_random=draws, progress=False)
+    ctl = controls.spectrum_controls(controls.sequence_activations(model, MARKOV_SITE, rows), rows, true, core.k,
+                                     start=4, n_draws=draws)
+    half = len(task) // 2
+    a, b = (extract(model, t, site=MARKOV_SITE, k=core.k, output="candidates") for t in (task[:half], task[half:]))
+    return {
+        "k": core.k, "gradient_rank": int(torch.linalg.matrix_rank(grads.double(), rtol=1e-4)),
+        "spectrum": core.spectrum[:6].tolist(), "basis": core.basis.tolist(),
+        "eigenvalues": [[float(e.real), float(e.imag)] for e in op.eigenvalues],
+        "matched_found_vs_true": pairs, "max_abs_error": err, "operator_r2": op.r2, "controls": ctl,
+        "random_planes_beaten": controls.beats_every_draw(err, ctl["random"]["draws"], lower_is_better=True),
+        "split_half_angles_rad": principal_angles(a.basis, b.basis).tolist(),
+        "validation_accuracy": {m: _validation_dict(grid)[m]["binary_accuracy"] for m in INTERVENTIONS},
     }
-    ks = {c.k for c in core_by_seed.values()}
+
+
+def markov_section(progress: bool = True, n: int = 512, *, seeds=(0, 1, 2), operator_rows: int = 256,
+                   draws: int = controls.MIN_DRAWS, units=None) -> dict[str, Any]:
+    from interp.tasks import markov
+
+    units = units or _NoStore()
+    chain = markov.random_chain(4, seed=0)
+    out: dict[str, Any] = {
+        "site": MARKOV_SITE, "output": "candidates", "states": 4,
+        "k_fixed_by_task": "a 4-state chain's next-state distribution has 3 free dimensions, so k = 3 is what the task allows",
+        "true_nonunit_eigenvalues": [[float(e.real), float(e.imag)] for e in chain.nonunit_eigenvalues], "draws": draws, "seeds": {}}
+    for s in tqdm(list(seeds), desc="cores: markov seeds", disable=not progress):
+        cfg = {"section": "markov", "seed": s, "rows": n, "operator_rows": operator_rows, "draws": draws}
+        out["seeds"][f"markov-s{s}"] = units.run(cfg, lambda: _markov_seed(s, n, operator_rows, draws))
+    bases = {name: torch.tensor(v.pop("basis")) for name, v in out["seeds"].items() if "basis" in v}
+    names = sorted(bases)
+    out["principal_angles_rad"] = {f"{a}|{b}": principal_angles(bases[a], bases[b]).tolist()
+                                   for i, a in enumerate(names) for b in names[i + 1 :]}
+    ks = {int(bases[n_].shape[1]) for n_ in names}
     if len(ks) == 1:
-        k, d = ks.pop(), next(iter(core_by_seed.values())).d_model
+        k, d = ks.pop(), int(bases[names[0]].shape[0])
         out["random_planes"] = {"d": d, "k": k, **random_plane_angles(d, k)}
+    errs = [v for v in out["seeds"].values() if "max_abs_error" in v]
+    out["verdict"] = ("distinguishable from control" if errs and all(v["random_planes_beaten"] for v in errs)
+                      else "not distinguishable from control")
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# modular
 
 
 def modular_section(progress: bool = True, top: int = 5, base: Path | None = None) -> dict[str, Any]:
@@ -186,17 +228,6 @@ def modular_section(progress: bool = True, top: int = 5, base: Path | None = Non
     return out
 
 
-def _scan(model, task, layers, n_random: int = 2) -> list[dict[str, Any]]:
-    rows = []
-    for layer in layers:
-        site = f"blocks.{layer}.hook_resid_post"
-        core = extract(model, task, site=site)
-        grid = validate(model, core, task, n_random=n_random, progress=False)
-        rows.append({"layer": layer, "site": site, "core": core, "grid": grid,
-                     "acc": {m: float(grid.values[i, 0, 1]) for i, m in enumerate(INTERVENTIONS)}})
-    return rows
-
-
 def _head_number(text: str) -> str | None:
     """"sg" / "pl" of a prompt's head noun: the first word the grammar gives a number."""
     from interp.tasks import english
@@ -204,26 +235,54 @@ def _head_number(text: str) -> str | None:
     return next((n for w in text.split() if (n := english.noun_number(w))), None)
 
 
-def _axis(core: Core) -> Core:
-    return core.truncated(1)
 
 
-def sva_section(models: dict[str, Any], progress: bool = True, n: int = 512) -> dict[str, Any]:
-    from interp.tasks import english
+# ---------------------------------------------------------------------------------------------
+# sva (zoo): every layer, a layer test that can fail, the readout share
 
-    task = english.sva(n, split="sva_id", seed=1)
-    out: dict[str, Any] = {"families": {}}
-    axes: dict[str, Core] = {}
-    for family, model in tqdm(models.items(), desc="cores: sva families", disable=not progress):
-        scan = _scan(model, task, range(model.cfg.n_layers))
-        best = min(scan, key=lambda r: (r["core"].k, r["acc"]["core_removed"]))
-        axes[family] = _axis(best["core"])
-        out["families"][family] = {
-            "site": best["site"], "k": best["core"].k, "spectrum": best["core"].spectrum[:6].tolist(),
-            "validation": _validation_dict(best["grid"]),
-            "scan": {r["site"]: {"k": r["core"].k, **{f"{m}_acc": r["acc"][m] for m in INTERVENTIONS[1:]}} for r in scan},
-        }
-    prompts = english.sva(256, split="sva_id", seed=2).text
+
+def _flip_verdict(grid: Grid) -> dict[str, Any]:
+    """Core flip inverts agreement: flipped accuracy below 0.5 and below every random flip."""
+    acc = grid.sel(method="core_flipped", quantity="core", metric="binary_accuracy").values
+    draws = grid.meta["random_draws"]["core_flipped"]["binary_accuracy"]
+    return {"flips": bool(float(acc) < 0.5 and controls.beats_every_draw(float(acc), draws, lower_is_better=True))}
+
+
+def _layer_test(model, core: Core, test, draws: int) -> dict[str, Any]:
+    grid = validate(model, core, test, n_random=draws, progress=False)
+    v = core_verdict(grid)
+    return {"k": core.k, "necessary": v["necessary"], "sufficient": v["sufficient"], **_flip_verdict(grid),
+            "validation": _validation_dict(grid)}
+
+
+def _sva_family(model, fit, test, draws: int) -> dict[str, Any]:
+    last = f"blocks.{model.cfg.n_layers - 1}.hook_resid_post"
+    readout = controls.readout_share(model, fit, last)["direction"]  # at the last layer: the unembedding difference through the final norm
+    layers = {}
+    for layer in range(model.cfg.n_layers):
+        site = f"blocks.{layer}.hook_resid_post"
+        core = extract(model, fit, site=site)
+        ro = controls.readout_share(model, fit, site)
+        axis = core.truncated(1)
+        layers[site] = {"layer": layer, "spectrum": core.spectrum[:6].tolist(), "gradient_rank": ro["rank"],
+                        "gradient_top_share": ro["share"], "axis_cos_gradient": float((axis.basis[:, 0] @ ro["direction"]).abs()),
+                        "axis_cos_readout": float((axis.basis[:, 0] @ readout).abs()),
+                        "core": _layer_test(model, core, test, draws), "axis": _layer_test(model, axis, test, draws)}
+    best = min(layers, key=lambda s: (layers[s]["core"]["k"], layers[s]["core"]["validation"]["core_removed"]["binary_accuracy"]["core"]))
+    verdicts = {kind: {s: (v[kind]["necessary"], v[kind]["sufficient"], v[kind]["flips"]) for s, v in layers.items()} for kind in ("core", "axis")}
+    return {"site": best, "k": layers[best]["core"]["k"], "spectrum": layers[best]["spectrum"],
+            "validation": layers[best]["core"]["validation"], "layers": layers,
+            # the layer test tells layers apart when its verdicts differ between layers
+            "layers_distinguished": {kind: len(set(v.values())) > 1 for kind, v in verdicts.items()},
+            "layers_passing": {kind: [s for s, t in v.items() if all(t)] for kind, v in verdicts.items()},
+            "chosen_is_last": best == last,
+            # forced: the rule picks the last layer, and the axis there is the readout direction
+            # (|cos| >= 0.9 with the top output-gradient direction of the last layer)
+            "choice_forced_by_readout": bool(best == last and layers[last]["axis_cos_readout"] >= 0.9)}
+
+
+def _sva_alignment(models: dict[str, Any], sites: dict[str, str], fit, prompts: list[str]) -> dict[str, Any]:
+    axes = {f: extract(models[f], fit, site=s).truncated(1) for f, s in sites.items()}
     labels = torch.tensor([int(_head_number(t) == "pl") for t in prompts])
     pairs: dict[str, Any] = {}
     for a in axes:
@@ -233,25 +292,42 @@ def sva_section(models: dict[str, Any], progress: bool = True, n: int = 512) -> 
                 xa, xb = matched_activations(models[a], models[b], prompts, axes[a].site, axes[b].site)
                 rand_a = [(xa - axes[a].mean) @ random_basis(axes[a].d_model, 1, s) for s in range(5)]
                 rand_b = [(xb - axes[b].mean) @ random_basis(axes[b].d_model, 1, 100 + s) for s in range(5)]
-                controls = alignment_with_controls(axes[a].coordinates(xa), axes[b].coordinates(xb), labels,
-                                                   random_za=rand_a, random_zb=rand_b)
+                controls_ = alignment_with_controls(axes[a].coordinates(xa), axes[b].coordinates(xb), labels,
+                                                    random_za=rand_a, random_zb=rand_b)
                 pairs[f"{a}->{b}"] = {"r2": al.r2, "r2_heldout": al.r2_heldout, "canonical_correlation": float(al.canonical[0]),
-                                      **{k: v for k, v in controls.items() if k != "r2_heldout"}}
-    out["axis_alignment"] = pairs
+                                      **{k: v for k, v in controls_.items() if k != "r2_heldout"}}
+    return pairs
+
+
+def sva_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, align_prompts: int = 256,
+                draws: int = controls.MIN_DRAWS, units=None) -> dict[str, Any]:
+    from interp.tasks import english
+
+    units = units or _NoStore()
+    fit, test = english.sva(n, split="sva_id", seed=1), english.sva(n, split="sva_id", seed=4)
+    out: dict[str, Any] = {"draws": draws, "validation_rows": len(test), "families": {}}
+    for family, model in tqdm(models.items(), desc="cores: sva families", disable=not progress):
+        cfg = {"section": "sva", "family": family, "rows": n, "draws": draws}
+        out["families"][family] = units.run(cfg, lambda: _sva_family(model, fit, test, draws))
+    prompts = list(english.sva(align_prompts, split="sva_id", seed=2).text)
+    sites = {f: v["site"] for f, v in out["families"].items()}
+    if len(sites) > 1:
+        cfg = {"section": "sva_alignment", "sites": sites, "rows": n, "prompts": align_prompts}
+        out["axis_alignment"] = units.run(cfg, lambda: _sva_alignment(models, sites, fit, prompts))
     out["alignment_prompts"] = len(prompts)
+    fams = out["families"].values()
+    out["verdict"] = ("forced" if fams and all(v["choice_forced_by_readout"] for v in fams)
+                      else "not forced" if fams and not any(v["choice_forced_by_readout"] for v in fams) else "partly forced")
     return out
 
 
-def _shuffled(za: torch.Tensor, zb: torch.Tensor, core_a: Core, core_b: Core, perm: torch.Tensor) -> Alignment:
-    """Control: a Procrustes alignment fitted with B's prompts shuffled against A's (`perm`), so it
-    carries the coordinates' scale and means but no prompt-by-prompt correspondence."""
-    m, b, r2, r2_cv, rho = align_coordinates(za, zb[perm], method="procrustes")
-    return Alignment(m, b, "procrustes", r2, r2_cv, rho, torch.zeros(0), core_a.basis, core_b.basis, {"control": "shuffled prompts"})
+# ---------------------------------------------------------------------------------------------
+# ioi (zoo): two sites, the operator beside its baselines, k on held-out rows, code size varied
 
 
-def _name_code_dims(family: str) -> int | None:
-    """The name-code dimension the zoo recipe imposed (`interp.train.NameCodes`), from the card."""
-    card = json.loads((_zoo(f"lm-{family}") / "card.json").read_text())
+def _name_code_dims(path: Path) -> int | None:
+    """The name-code dimension the recipe imposed (`interp.train.NameCodes`), from the card."""
+    card = json.loads((path / "card.json").read_text())
     return card.get("training", {}).get("name_codes", card.get("recipe", {}).get("name_codes"))
 
 
@@ -266,97 +342,215 @@ def _name_subspace(model) -> torch.Tensor:
     return u[:, : int((s > 1e-6 * s[0]).sum())].float()
 
 
-def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, n_controls: int = 5) -> dict[str, Any]:
-    """IOI cores at two sites per family, the operator between them, and its transfer.
-
-    Held-out checks: operator R² on new prompts with training names (seed 3) and on prompts made
-    only of the held-out names (`english.ioi` split "test": names never seen in an IOI sentence in
-    training). k is reported beside the name-code dimension the recipe imposed, with the principal
-    angles between the core and the names' unembedding subspace. Transfer is scored against
-    `n_controls` alignments fitted on shuffled prompts (mean and max)."""
+def _ioi_tasks(n: int):
     from interp.tasks import english
 
-    fit_task, test_task = english.ioi(n, split="train", seed=1), english.ioi(n, split="train", seed=3)
-    names_task = english.ioi(n, split="test", seed=3)
-    prompts = english.ioi(256, split="train", seed=2).text
-    out: dict[str, Any] = {"families": {}}
-    chosen: dict[str, tuple[Core, Core, Operator]] = {}
-    for family, model in tqdm(models.items(), desc="cores: ioi families", disable=not progress):
-        scan = _scan(model, fit_task, range(model.cfg.n_layers))
-        two = sorted(sorted(scan, key=lambda r: r["acc"]["core_flipped"])[:2], key=lambda r: r["layer"])
-        c_in, c_out = two[0]["core"], two[1]["core"]
-        op = fit_operator(model, c_in, fit_task, target=c_out)
-        chosen[family] = (c_in, c_out, op)
-        names_sub = _name_subspace(model)
-        out["families"][family] = {
-            "sites": [c_in.site, c_out.site], "k": [c_in.k, c_out.k], "name_code_dims": _name_code_dims(family),
-            "name_subspace_rank": int(names_sub.shape[1]),
-            "max_angle_to_name_subspace_rad": [float(principal_angles(c.basis, names_sub)[: c.k].max()) for c in (c_in, c_out)],
-            "spectra": [c_in.spectrum[:14].tolist(), c_out.spectrum[:14].tolist()],
-            "validation_accuracy": {r["site"]: r["acc"] for r in two},
-            "heldout_names_accuracy": {c.site: {m: float(g.values[i, 0, 1]) for i, m in enumerate(INTERVENTIONS)}
-                                       for c in (c_in, c_out) for g in [validate(model, c, names_task, n_random=2, progress=False)]},
-            "operator_r2_fit": op.r2, "operator_r2_heldout": score_operator(model, op, c_in, c_out, test_task),
-            "operator_r2_heldout_names": score_operator(model, op, c_in, c_out, names_task),
-            "scan": {r["site"]: {"k": r["core"].k, **{f"{m}_acc": r["acc"][m] for m in INTERVENTIONS}} for r in scan},
-        }
+    return english.ioi(n, split="train", seed=1), english.ioi(n, split="train", seed=3), english.ioi(n, split="test", seed=3)
+
+
+def _ioi_family(model, code_dims: int | None, n: int, draws: int) -> dict[str, Any]:
+    fit, test, names = _ioi_tasks(n)
+    scan = []
+    for layer in range(model.cfg.n_layers):
+        core = extract(model, fit, site=f"blocks.{layer}.hook_resid_post")
+        grid = validate(model, core, fit, n_random=draws, progress=False)
+        scan.append({"site": core.site, "layer": layer, "core": core, "acc": {m: float(grid.values[i, 0, 1]) for i, m in enumerate(INTERVENTIONS)}})
+    two = sorted(sorted(scan, key=lambda r: r["acc"]["core_flipped"])[:2], key=lambda r: r["layer"])
+    c_in, c_out = two[0]["core"], two[1]["core"]
+    op = fit_operator(model, c_in, fit, target=c_out)
+    sub = _name_subspace(model)
+    held_k = {c.site: controls.heldout_k(model, extract(model, fit, site=c.site, k=16), test) for c in (c_in, c_out)}
+    ks = [c_in.k, c_out.k]
+    held = [v["k"] for v in held_k.values()]
+    names_acc = {c.site: {m: float(g.values[i, 0, 1]) for i, m in enumerate(INTERVENTIONS)}
+                 for c in (c_in, c_out) for g in [validate(model, c, names, n_random=draws, progress=False)]}
+    return {
+        "sites": [c_in.site, c_out.site], "k": [c_in.k, c_out.k], "name_code_dims": code_dims,
+        # k read off the construction: the spectral-gap k is the imposed code size at both sites and
+        # the held-out k is within one dimension of it
+        "heldout_k": held_k, "k_equals_code_dims": bool(code_dims is not None and all(k == code_dims for k in ks)
+                                                        and all(k is not None and abs(k - code_dims) <= 1 for k in held)),
+        "name_subspace_rank": int(sub.shape[1]),
+        "max_angle_to_name_subspace_rad": [float(principal_angles(c.basis, sub)[: c.k].max()) for c in (c_in, c_out)],
+        "spectra": [c_in.spectrum[:14].tolist(), c_out.spectrum[:14].tolist()],
+        "validation_accuracy": {r["site"]: r["acc"] for r in two}, "heldout_names_accuracy": names_acc,
+        "operator_r2_fit": op.r2, "operator_r2_heldout": score_operator(model, op, c_in, c_out, test),
+        "operator_r2_heldout_names": score_operator(model, op, c_in, c_out, names),
+        "baselines": controls.operator_baselines(model, c_in, c_out, fit, test, n_draws=draws),
+        "baselines_heldout_names": controls.operator_baselines(model, c_in, c_out, fit, names, n_draws=draws),
+        "scan": {r["site"]: {"k": r["core"].k, **{f"{m}_acc": r["acc"][m] for m in INTERVENTIONS}} for r in scan},
+    }
+
+
+def _retrained(units, family: str, dims: int) -> Path:
+    """zoo:lm-FAMILY retrained with `dims`-dimensional name codes (a unit: the weights stay in the
+    unit store's models/ folder, never in the repo); its folder."""
+    from interp.train import RECIPES, train
+
+    root = Path(units.root) if units.root is not None else Path.home() / ".cache" / "interp" / "studies" / STUDY
+    out = root / "models" / f"lm-{family}-codes{dims}"
+
+    def fit() -> dict[str, Any]:
+        if not (out / "card.json").exists():  # a model trained by a killed run is reused
+            train(replace(RECIPES[f"lm-{family}"], name_codes=dims), out, progress=False)
+        card = json.loads((out / "card.json").read_text())
+        return {"dir": out.name, "seconds": card["training"]["seconds"], "accuracy": card.get("accuracy", {})}
+
+    units.run({"section": "retrain", "family": family, "name_codes": dims}, fit)
+    return out
+
+
+def _ioi_transfer(models: dict[str, Any], sites: dict[str, list[str]], n: int, prompts: list[str], n_controls: int = 5) -> dict[str, Any]:
+    fit, test, _ = _ioi_tasks(n)
+    chosen = {}
+    for f, (s_in, s_out) in sites.items():
+        c_in, c_out = extract(models[f], fit, site=s_in), extract(models[f], fit, site=s_out)
+        chosen[f] = (c_in, c_out, fit_operator(models[f], c_in, fit, target=c_out))
     g = torch.Generator().manual_seed(0)
-    transfers: dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for a in chosen:
         for b in chosen:
             if a == b:
                 continue
-            ca_in, ca_out, op = chosen[a]
-            cb_in, cb_out, _ = chosen[b]
-            al_in = align(models[a], ca_in, models[b], cb_in, prompts)
-            al_out = align(models[a], ca_out, models[b], cb_out, prompts)
-            moved = score_operator(models[b], transfer(op, al_in, al_out), cb_in, cb_out, test_task)
+            (ca_in, ca_out, op), (cb_in, cb_out, _) = chosen[a], chosen[b]
+            al_in, al_out = align(models[a], ca_in, models[b], cb_in, prompts), align(models[a], ca_out, models[b], cb_out, prompts)
+            moved = score_operator(models[b], transfer(op, al_in, al_out), cb_in, cb_out, test)
             z_in = [c.coordinates(x) for c, x in zip((ca_in, cb_in), matched_activations(models[a], models[b], prompts, ca_in.site, cb_in.site))]
             z_out = [c.coordinates(x) for c, x in zip((ca_out, cb_out), matched_activations(models[a], models[b], prompts, ca_out.site, cb_out.site))]
-            controls = []
+            ctl = []
             for _ in range(n_controls):
                 perm = torch.randperm(len(prompts), generator=g)
-                ctl = transfer(op, _shuffled(*z_in, ca_in, cb_in, perm), _shuffled(*z_out, ca_out, cb_out, perm))
-                controls.append(score_operator(models[b], ctl, cb_in, cb_out, test_task))
-            transfers[f"{a}->{b}"] = {"r2_after_transfer": moved, "control_mean": sum(controls) / len(controls),
-                                      "control_max": max(controls), "beats_control": bool(moved > max(controls)),
-                                      "alignment_in_r2": al_in.r2_heldout, "alignment_out_r2": al_out.r2_heldout}
-    out["transfer"] = transfers
-    out["controls_per_pair"] = n_controls
+                moved_ctl = transfer(op, _shuffled(*z_in, ca_in, cb_in, perm), _shuffled(*z_out, ca_out, cb_out, perm))
+                ctl.append(score_operator(models[b], moved_ctl, cb_in, cb_out, test))
+            out[f"{a}->{b}"] = {"r2_after_transfer": moved, "control_mean": sum(ctl) / len(ctl), "control_max": max(ctl),
+                                "beats_control": bool(moved > max(ctl)), "alignment_in_r2": al_in.r2_heldout,
+                                "alignment_out_r2": al_out.r2_heldout}
     return out
 
 
-def repro(progress: bool = True, models: list[str] | None = None) -> dict[str, Any]:
-    """The study; every section records what it measured.
+def _shuffled(za: torch.Tensor, zb: torch.Tensor, core_a: Core, core_b: Core, perm: torch.Tensor) -> Alignment:
+    """Control: a Procrustes alignment fitted with B's prompts shuffled against A's (`perm`), so it
+    carries the coordinates' scale and means but no prompt-by-prompt correspondence."""
+    m, b, r2, r2_cv, rho = align_coordinates(za, zb[perm], method="procrustes")
+    return Alignment(m, b, "procrustes", r2, r2_cv, rho, torch.zeros(0), core_a.basis, core_b.basis, {"control": "shuffled prompts"})
 
-    models=None: the zoo sections (Markov seeds, modular-addition checkpoints, SVA and IOI on the
-    four zoo decoder families) and the real-model sections (`interp.studies.ace_real`) on
-    SmolLM2-135M and Gemma-3-270M. A list of specs runs SVA and IOI on those models only: `zoo:`
-    specs with the zoo's English tasks, any other spec (a real model) with `interp.tasks.bpe`.
-    """
+
+def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, align_prompts: int = 256,
+                draws: int = controls.MIN_DRAWS, code_sizes=(), units=None) -> dict[str, Any]:
+    """IOI cores at two sites per family, the operator between them beside its baselines, k on
+    held-out rows, the same on models retrained with other name-code sizes ("FAMILY:DIMS"), and
+    the operator's transfer across the shipped families against shuffled-prompt alignments."""
+    from interp.tasks import english
+
+    units = units or _NoStore()
+    out: dict[str, Any] = {"draws": draws, "families": {}, "code_sizes": {}}
+    for family, model in tqdm(models.items(), desc="cores: ioi families", disable=not progress):
+        cfg = {"section": "ioi", "family": family, "rows": n, "draws": draws}
+        dims = _name_code_dims(_zoo(f"lm-{family}"))
+        out["families"][family] = units.run(cfg, lambda: _ioi_family(model, dims, n, draws))
+    for spec in code_sizes:
+        family, dims = spec.split(":")
+        path = _retrained(units, family, int(dims))
+        cfg = {"section": "ioi", "family": family, "name_codes": int(dims), "rows": n, "draws": draws}
+        out["code_sizes"][spec] = units.run(cfg, lambda: _ioi_family(load(path), int(dims), n, draws))
+        out["code_sizes"][spec]["training"] = units.get({"section": "retrain", "family": family, "name_codes": int(dims)})
+    prompts = list(english.ioi(align_prompts, split="train", seed=2).text)
+    sites = {f: v["sites"] for f, v in out["families"].items()}
+    if len(sites) > 1:
+        cfg = {"section": "ioi_transfer", "sites": sites, "rows": n, "prompts": align_prompts}
+        out["transfer"] = units.run(cfg, lambda: _ioi_transfer(models, sites, n, prompts))
+    runs = list(out["families"].values()) + list(out["code_sizes"].values())
+    for v in runs:  # the operator is a finding only above the identity map and every random-subspace fit
+        b = v["baselines"]
+        v["operator_beats_baselines"] = bool(b["operator_r2_heldout"] > max(b["identity_r2"], b["identity_through_core_r2"],
+                                                                             b["random_subspaces_r2"]["max"]))
+    out["k_verdict"] = "forced" if runs and all(v["k_equals_code_dims"] for v in runs) else "not forced"
+    out["operator_verdict"] = ("distinguishable from control" if runs and all(v["operator_beats_baselines"] for v in runs)
+                               else "not distinguishable from control")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the study
+
+
+def _units(root, version: int):
+    from interp.studies.units import Units
+
+    return Units(STUDY, root=root, version=version)
+
+
+def _real(cfg: dict[str, Any], progress: bool, units) -> dict[str, Any]:
     from interp.studies import ace_real
 
+    real = {s: load(s) for s in tqdm(cfg["real_models"], desc="cores: load real models", disable=not progress)}
+    (sf, st, sa, sc), (i_f, it, ia, ic) = cfg["real_sva"], cfg["real_ioi"]
+    out = {"sva": ace_real.sva_real(real, n_fit=sf, n_test=st, n_align=sa, count=sc, n_random=cfg["draws"], progress=progress, units=units)}
+    out["ioi"] = (ace_real.ioi_real(real, n_fit=i_f, n_test=it, n_align=ia, count=ic, n_random=cfg["draws"], progress=progress, units=units)
+                  if len(real) > 1 else {"error": "transfer needs two models"})
+    return out
+
+
+def repro(progress: bool = True, models: list[str] | None = None, budget: str = "quick",
+          overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
+    """The study at `budget` (see BUDGETS; `overrides` replace its keys), from resumable units
+    stored under `units` (default $INTERP_CACHE/studies/cores); one JSON with its provenance.
+
+    models: `zoo:lm-FAMILY` specs replace the budget's families, other specs its real models (and
+    then only the sva / ioi / real sections run)."""
+    from interp.studies.units import budget as resolve, budget_record, provenance
+
     start = time.perf_counter()
-    result: dict[str, Any] = {}
-    specs = list(models) if models is not None else [f"zoo:lm-{f}" for f in DECODERS] + list(ace_real.REAL_MODELS)
-    if models is None:
-        result["markov"] = markov_section(progress)
-        result["modular"] = modular_section(progress)
-    zoo_specs = [s for s in specs if s.startswith("zoo:")]
-    zoo = {s.removeprefix("zoo:").removeprefix("lm-"): m for s in zoo_specs if (m := _load_zoo(s.removeprefix("zoo:"))) is not None}
-    missing = [s for s in zoo_specs if s.removeprefix("zoo:").removeprefix("lm-") not in zoo]
-    if zoo_specs:
-        result["sva"] = sva_section(zoo, progress) if zoo else {"error": "no zoo language models shipped"}
-        result["ioi"] = ioi_section(zoo, progress) if zoo else {"error": "no zoo language models shipped"}
-        if missing:
-            result["sva"]["missing_families"] = result["ioi"]["missing_families"] = missing
-    real_specs = [s for s in specs if not s.startswith("zoo:")]
-    if real_specs:
-        real = {s: load(s) for s in tqdm(real_specs, desc="cores: load real models", disable=not progress)}
-        result["real"] = {"sva": ace_real.sva_real(real, progress=progress),
-                          "ioi": ace_real.ioi_real(real, progress=progress) if len(real) > 1 else {"error": "transfer needs two models"}}
-    result["seconds"] = time.perf_counter() - start
+    cfg = resolve(BUDGETS, budget, overrides)
+    if models:
+        fams = [s.removeprefix("zoo:").removeprefix("lm-") for s in models if s.startswith("zoo:")]
+        real = [s for s in models if not s.startswith("zoo:")]
+        cfg = {**cfg, "families": fams, "real_models": real, "code_sizes": [],
+               "sections": [s for s in cfg["sections"] if s in ("sva", "ioi")] * bool(fams) + ["real"] * bool(real)}
+    zoo_units, real_units = _units(units, ZOO_VERSION), _units(units, REAL_VERSION)
+    sections, result = cfg["sections"], {}
+    if "markov" in sections:
+        result["markov"] = markov_section(progress, cfg["markov_rows"], seeds=cfg["markov_seeds"],
+                                          operator_rows=cfg["operator_rows"], draws=cfg["draws"], units=zoo_units)
+    if "modular" in sections:
+        result["modular"] = zoo_units.run({"section": "modular"}, lambda: modular_section(progress))
+    zoo = {f: m for f in cfg["families"] if (m := _load_zoo(f"lm-{f}")) is not None}
+    missing = [f for f in cfg["families"] if f not in zoo]
+    if "sva" in sections and zoo:
+        result["sva"] = sva_section(zoo, progress, cfg["rows"], align_prompts=cfg["align_prompts"], draws=cfg["draws"], units=zoo_units)
+    if "ioi" in sections and zoo:
+        result["ioi"] = ioi_section(zoo, progress, cfg["rows"], align_prompts=cfg["align_prompts"], draws=cfg["draws"],
+                                    code_sizes=cfg["code_sizes"], units=zoo_units)
+    for key in ("sva", "ioi"):
+        if key in result and missing:
+            result[key]["missing_families"] = missing
+    if "real" in sections and cfg["real_models"]:
+        result["real"] = _real(cfg, progress, real_units)
+    ran = zoo_units.ran + real_units.ran
+    wall = time.perf_counter() - start
+    result["budget"] = budget_record(budget, cfg, None, _count(result), _count(result))
+    result["provenance"] = provenance(budget, cfg, None, wall, _count(result), _count(result), units_run=ran)
+    result["command"] = _command(budget, overrides, models)
     return _round(result)
+
+
+def _count(result: dict[str, Any]) -> int:
+    """Units aggregated here (every unit of the budget: a run stores each before it aggregates)."""
+    n = len(result.get("markov", {}).get("seeds", {})) + ("modular" in result)
+    for key in ("sva", "ioi"):
+        s = result.get(key, {})
+        n += len(s.get("families", {})) + 2 * len(s.get("code_sizes", {})) + ("axis_alignment" in s) + ("transfer" in s)
+    real = result.get("real", {})
+    for key in ("sva", "ioi"):
+        n += len(real.get(key, {}).get("models", {})) + bool(real.get(key, {}).get("models"))
+    return n
+
+
+def _command(budget: str, overrides: dict[str, Any] | None, models: list[str] | None) -> str:
+    parts = ["interp repro cores", f"--budget {budget}"]
+    parts += [f"--set {k}={json.dumps(v, separators=(',', ':'))}" for k, v in (overrides or {}).items()]
+    parts += [f"--model {m}" for m in models or []]
+    return " ".join(parts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,7 +584,7 @@ def demo_section(workdir: Path) -> list:
     axes = {}
     for family, model in models.items():
         core = extract(model, task, site=f"blocks.{model.cfg.n_layers - 1}.hook_resid_post")
-        axes[family] = _axis(core)
+        axes[family] = core.truncated(1)
         if family == next(iter(models)):
             grid = validate(model, core, task, n_random=3, progress=False)
             items.append(ValidationBars(grid, meta={"title": f"lm-{family} SVA core (k={core.k}) at {core.site}"}))
@@ -405,68 +599,5 @@ def demo_section(workdir: Path) -> list:
     return items
 
 
-def repro_markdown(result: dict[str, Any]) -> str:
-    """The repro's headline numbers as markdown tables beside the paper's findings."""
-    out = ["| study | paper | measured here |", "|---|---|---|"]
-    m = result.get("markov", {})
-    seeds = {s: v for s, v in m.get("seeds", {}).items() if "k" in v}
-    if seeds:
-        ks = ", ".join(f"{s}: k={v['k']} (gradient rank {v['gradient_rank']}), max abs eigenvalue error {v['max_abs_error']:.3f}"
-                       for s, v in seeds.items())
-        angles = [a for v in m.get("principal_angles_rad", {}).values() for a in v]
-        rp = m.get("random_planes")
-        base = (f"; random {rp['k']}-planes in {rp['d']} dims: smallest angle {rp['p05'][0]:.2f}-{rp['p95'][0]:.2f} rad "
-                f"(5th-95th percentile)") if rp else ""
-        out.append(f"| markov | 3-D cores in nearly orthogonal subspaces, same transition spectra | {ks}; principal angles "
-                   f"between seeds {min(angles):.2f}-{max(angles):.2f} rad{base} |" if angles else f"| markov | | {ks} |")
-    mod = result.get("modular", {}).get("checkpoints", {})
-    if mod:
-        cells = []
-        for label, v in mod.items():
-            cells.append(f"{label}: " + (f"k={v['k']}, frequencies {v['dominant_frequencies'][:3]}" if "k" in v else v.get("error", "")))
-        out.append(f"| modular | compact cyclic core at grokking, then inflates | {'; '.join(cells)} |")
-    sva = result.get("sva", {})
-    if "families" in sva:
-        fam = "; ".join(
-            f"{f}: k={v['k']} at {v['site']}, acc core-only {v['validation']['core_only']['binary_accuracy']['core']:.2f} / removed "
-            f"{v['validation']['core_removed']['binary_accuracy']['core']:.2f} (random {v['validation']['core_removed']['binary_accuracy']['random_mean']:.2f})"
-            for f, v in sva["families"].items())
-        al = sva.get("axis_alignment", {})
-        r2 = [v["r2_heldout"] for v in al.values()]
-        ctl = [v["shuffled_max"] for v in al.values()]
-        within = [v["within_label_mean"] for v in al.values() if "within_label_mean" in v]
-        align_txt = (f"; axis alignment held-out R² {min(r2):.2f}-{max(r2):.2f} over {len(r2)} ordered pairs (shuffled prompts: "
-                     f"max {max(ctl):.2f}; shuffled within one number: {min(within):.2f}-{max(within):.2f})") if r2 and within else ""
-        out.append(f"| sva | one steerable axis, aligned across architectures | {fam}{align_txt} |")
-    ioi = result.get("ioi", {})
-    if "families" in ioi:
-        fam = "; ".join(f"{f}: {v['sites'][0].split('.')[1]}→{v['sites'][1].split('.')[1]} (k={v['k'][0]}, {v['k'][1]}; name codes "
-                        f"{v.get('name_code_dims')}), held-out names R² {v.get('operator_r2_heldout_names', float('nan')):.2f}"
-                        for f, v in ioi["families"].items())
-        tr = ioi.get("transfer", {})
-        beats = sum(v["beats_control"] for v in tr.values())
-        tr_txt = f"; transfer beats every shuffled-prompt control in {beats} of {len(tr)} ordered pairs" if tr else ""
-        out.append(f"| ioi | compact cores at two sites, linked by an operator that transfers across families | {fam}{tr_txt} |")
-    real = result.get("real", {})
-    if "models" in real.get("sva", {}):
-        cells = []
-        for name, v in real["sva"]["models"].items():
-            nec = [int(l) for l, r in v["scan"].items() if r["necessary"]]
-            suf = [int(l) for l, r in v["scan"].items() if r["sufficient"]]
-            ks = sorted({r["k"] for r in v["scan"].values()})
-            cells.append(f"{name}: k {ks[0]}-{ks[-1]} over {len(v['scan'])} layers, necessary at layers {nec or 'none'}, "
-                         f"sufficient at {suf or 'none'}")
-        al = real["sva"]["axis_alignment"]
-        cells.append("axis alignment held-out R² " + ", ".join(f"{k} {v['r2_heldout']:.2f} (shuffled max {v['shuffled_max']:.2f}, "
-                                                               f"within number {v['within_label_mean']:.2f})" for k, v in al.items()))
-        out.append(f"| sva, real models | one steerable axis, aligned across architectures | {'; '.join(cells)} |")
-    if "models" in real.get("ioi", {}):
-        io = real["ioi"]
-        fam = "; ".join(f"{n}: layers {v['sites'][0].split('.')[1]}→{v['sites'][1].split('.')[1]} (k={v['k'][0]}, {v['k'][1]}), "
-                        f"operator R² held-out prompts {v['operator_r2_heldout_prompts']:.2f}, held-out names "
-                        f"{v['operator_r2_heldout_names']:.2f}" for n, v in io["models"].items())
-        tr = "; ".join(f"{k}: transfer {v['r2_after_transfer']:.2f} vs control max {v['control_max']:.2f}" for k, v in io["transfer"].items())
-        out.append(f"| ioi, real models | compact cores at two sites, linked by an operator that transfers across families | {fam}; {tr} |")
-    out.append("")
-    out.append(f"Total {result.get('seconds', float('nan')):.0f} s.")
-    return "\n".join(out)
+
+from interp.studies.ace_docs import repro_markdown  # noqa: E402  (the doc renderer; re-exported for the notebook)
