@@ -1,0 +1,264 @@
+"""Docs whose numbers are bound to their JSON: a renderer that names each number's key, and the check.
+
+A study doc `docs/X.md` holds generated regions between `<!-- gen:NAME -->` and `<!-- /gen:NAME -->`.
+Each region is rendered from `docs/X_repro.json` by a `Render`: every number in it comes from
+`Render.num(...)` / `.pct(...)` / `.int(...)`, which formats the value at one JSON pointer
+(RFC 6901, e.g. "/models/smollm2-135m/overlap/within") and records that pointer. The region ends
+with one comment naming its pointers in the order their numbers appear:
+``<!-- keys: ["/a/b", "/c/0"] -->``. So a table cell or a sentence says where its number lives.
+
+`check(markdown, data)` re-reads each region: the numbers (outside code spans and comments) must be
+as many as its keys, and each must equal the value at its key at the precision shown (an integer
+shown must be that integer exactly; a decimal must round to it; "95.5 %" is 0.955). Floats are
+always rendered with >= 3 significant digits and at least one decimal, so changing any reported
+value by 1 % changes what it would render to, and the check fails (tests/test_docs.py does exactly
+that for every key of every doc).
+
+`prose_numbers(markdown, data)` lists the numbers of hand-written text (outside regions, code spans,
+comments and headings' anchors) that are not tied to a key: allowed are years, reference numbers
+("Table 2", "Figure 3", "issue 26", "claim 1", "§4") and numbers found under the JSON's non-result
+blocks ("paper": the paper's own numbers; "budget": the run's configuration).
+
+    r = Render(result)
+    body = f"| model | within | across |\\n|---|---|---|\\n| SmolLM2 | {r.num('/overlap/within')} | ... |"
+    write(Path("docs/specialization.md"), {"overlap": r.region(body)})
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+from interp.errors import InterpError
+from interp.storage import fill_between
+
+__all__ = ["Render", "check", "get", "keys_of", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
+           "ALLOWED_BLOCKS"]
+
+# a number not glued to a word or a hyphenated name ("h0", "L3H2", "Gemma-3", "4-layer" are labels),
+# optionally a percentage
+NUMBER = re.compile(r"(?<![\w.\-−])([-−]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?![\w.\-]*[A-Za-z_])(\s?%)?")
+CODE = re.compile(r"`[^`\n]*`")
+COMMENT = re.compile(r"<!--.*?-->", re.S)
+REGION = re.compile(r"<!-- gen:([\w.-]+) -->\n(.*?)\n<!-- /gen:\1 -->", re.S)
+KEYS = re.compile(r"<!-- keys: (\[.*?\]) -->", re.S)
+# a number that refers to a place, not a result: "Table 2", "Fig. 3", "issue 26", "claim 1", "§4"
+REFERENCE = re.compile(r"(?:table|tables|fig\.?|figure|figures|section|sec\.|§|eq\.?|equation|appendix|issue|issues|"
+                       r"claim|claims|step|item|bullet|part|hop|arxiv|iclr|neurips|icml)\s*$", re.I)
+ALLOWED_BLOCKS = ("paper", "budget")
+
+
+def pointer(*parts: Any) -> str:
+    """The JSON pointer of a path of keys / list indices: pointer("a", "0.7", 2) == "/a/0.7/2"."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _parts(ptr: str) -> list[str]:
+    if not ptr.startswith("/"):
+        raise InterpError(f"a JSON pointer starts with '/', got {ptr!r}")
+    return [p.replace("~1", "/").replace("~0", "~") for p in ptr[1:].split("/")]
+
+
+def get(data: Any, ptr: str) -> Any:
+    """The value at JSON pointer `ptr` in `data`; InterpError naming the first missing step."""
+    node = data
+    for i, part in enumerate(_parts(ptr)):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise InterpError(f"{ptr}: no key {part!r} at /{'/'.join(_parts(ptr)[:i])} "
+                              f"(there: {sorted(node)[:12] if isinstance(node, dict) else type(node).__name__})")
+    return node
+
+
+def set_at(data: Any, ptr: str, value: Any) -> None:
+    """Set the value at `ptr` (which must exist) in place."""
+    *head, last = _parts(ptr)
+    parent = get(data, pointer(*head)) if head else data
+    parent[int(last) if isinstance(parent, list) else last] = value
+
+
+def _decimals_for(value: float, digits: int) -> int:
+    """Decimals that show `value` with >= `digits` significant digits and at least one decimal."""
+    if value == 0 or not math.isfinite(value):
+        return max(1, digits - 1)
+    return max(1, digits - 1 - math.floor(math.log10(abs(value))))
+
+
+class Render:
+    """Formats numbers of one result, each recorded with its JSON pointer; `region` closes a block."""
+
+    def __init__(self, data: dict, *, digits: int = 3):
+        self.data, self.digits, self.keys = data, digits, []
+
+    def _value(self, ptr: str) -> Any:
+        value = get(self.data, ptr)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InterpError(f"{ptr} is {value!r}, not a number: a doc renders only numbers from keys")
+        return value
+
+    def num(self, ptr: str, *, digits: int | None = None, signed: bool = False) -> str:
+        """The value at `ptr`: an int as is, a float with >= `digits` significant digits."""
+        value = self._value(ptr)
+        self.keys.append(ptr)
+        if isinstance(value, int):
+            return f"{value:+d}" if signed else str(value)
+        if not math.isfinite(value):
+            raise InterpError(f"{ptr} is {value}: a doc cannot state a non-finite number")
+        decimals = _decimals_for(value, digits or self.digits)
+        return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
+
+    def int(self, ptr: str) -> str:
+        value = self._value(ptr)
+        if not (isinstance(value, int) or float(value).is_integer()):
+            raise InterpError(f"{ptr} is {value}, not an integer")
+        self.keys.append(ptr)
+        return str(int(value))
+
+    def pct(self, ptr: str, *, digits: int | None = None) -> str:
+        """The fraction at `ptr` as a percentage ("95.5 %")."""
+        value = float(self._value(ptr)) * 100
+        self.keys.append(ptr)
+        return f"{value:.{_decimals_for(value, digits or self.digits)}f} %"
+
+    def text(self, ptr: str) -> str:
+        """A string at `ptr` (a verdict word, a model name); not a number, so not recorded."""
+        value = get(self.data, ptr)
+        if not isinstance(value, str):
+            raise InterpError(f"{ptr} is {value!r}, not a string")
+        if numbers_in(value):
+            raise InterpError(f"{ptr} = {value!r} holds numbers; render them with num() so they are bound")
+        return value
+
+    def region(self, body: str) -> str:
+        """`body` with the comment naming the keys of its numbers; starts a fresh key list."""
+        keys, self.keys = self.keys, []
+        found = numbers_in(body)
+        if len(found) != len(keys):
+            raise InterpError(f"a region has {len(found)} numbers but {len(keys)} were rendered from keys: "
+                              f"write other numbers through num()/int()/pct(), or in a code span if a label")
+        return f"{body}\n<!-- keys: {json.dumps(keys)} -->"
+
+
+def write(doc: str | Path, bodies: dict[str, str]) -> Path:
+    """Fill each `<!-- gen:NAME -->` region of `doc` with bodies[NAME] (a `Render.region` result)."""
+    for name, body in bodies.items():
+        if "<!-- keys: " not in body:
+            raise InterpError(f"region {name!r} was not made by Render.region (no keys comment)")
+        fill_between(doc, f"<!-- gen:{name} -->", f"<!-- /gen:{name} -->", body)
+    return Path(doc)
+
+
+def _scan(text: str) -> list[tuple[str, float, float, bool]]:
+    """(token, value, half a unit of its last digit, shown as an integer) per number in `text`."""
+    out = []
+    for m in NUMBER.finditer(CODE.sub(" ", COMMENT.sub(" ", text))):
+        token, percent = m.group(1).replace("−", "-"), m.group(2)
+        mantissa, _, exp = token.lower().partition("e")
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        value, half = float(token), 0.5 * 10.0 ** -decimals * (10.0 ** int(exp) if exp else 1.0)
+        if percent:
+            value, half = value / 100, half / 100
+        out.append((m.group(0).strip(), value, half, decimals == 0 and not exp and not percent))
+    return out
+
+
+def numbers_in(text: str) -> list[str]:
+    """The number tokens of `text` the check reads (code spans and comments skipped)."""
+    return [t for t, *_ in _scan(text)]
+
+
+def regions(markdown: str) -> list[tuple[str, str, list[str]]]:
+    """(name, body without its keys comment, keys) per generated region."""
+    out = []
+    for m in REGION.finditer(markdown):
+        body = m.group(2)
+        keys = KEYS.findall(body)
+        if len(keys) != 1:
+            raise InterpError(f"region {m.group(1)!r} has {len(keys)} keys comments, needs exactly one")
+        out.append((m.group(1), KEYS.sub("", body), json.loads(keys[0])))
+    return out
+
+
+def _matches(value: Any, shown: float, half: float, integer: bool) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return False
+    if integer:
+        return float(value).is_integer() and value == shown
+    return abs(value - shown) <= half + 1e-9 * max(1.0, abs(shown))
+
+
+def check(markdown: str, data: dict) -> list[str]:
+    """Problems of the generated regions of `markdown` against `data` (empty: every number bound)."""
+    bad = []
+    for name, body, keys in regions(markdown):
+        found = _scan(body)
+        if len(found) != len(keys):
+            bad.append(f"region {name}: {len(found)} numbers, {len(keys)} keys")
+            continue
+        for (token, shown, half, integer), ptr in zip(found, keys):
+            try:
+                value = get(data, ptr)
+            except InterpError as e:
+                bad.append(f"region {name}: {token}: {e}")
+                continue
+            if not _matches(value, shown, half, integer):
+                bad.append(f"region {name}: {token} but {ptr} = {value!r}")
+    return bad
+
+
+def _allowed_numbers(data: dict) -> list[float]:
+    out: list[float] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, bool) or x is None:
+            return
+        if isinstance(x, (int, float)):
+            out.append(float(x))
+        elif isinstance(x, str):
+            try:
+                out.append(float(x))
+            except ValueError:
+                pass
+        elif isinstance(x, dict):
+            for k, v in x.items():
+                walk(k)
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    for block in ALLOWED_BLOCKS:
+        walk(data.get(block))
+    return out
+
+
+def prose_numbers(markdown: str, data: dict) -> list[str]:
+    """Numbers of the hand-written text not tied to a key ("line N: token"): outside generated regions,
+    code blocks, code spans and comments; years, references and values of the JSON's "paper" / "budget"
+    blocks allowed."""
+    allowed = _allowed_numbers(data)
+    text = REGION.sub(lambda m: "\n" * m.group(0).count("\n"), markdown)
+    text = re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S | re.M)
+    text = COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), text)
+    bad = []
+    for i, line in enumerate(text.splitlines(), 1):
+        clean = CODE.sub(lambda m: " " * len(m.group(0)), line)
+        for m in NUMBER.finditer(clean):
+            (token, value, half, integer), = _scan(m.group(0))
+            if integer and 1900 <= value <= 2100 or REFERENCE.search(clean[:m.start()]):
+                continue
+            if any(_matches(a, value, half, integer) for a in allowed):
+                continue
+            bad.append(f"line {i}: {token}")
+    return bad
+
+
+def keys_of(markdown: str) -> Iterable[str]:
+    """Every JSON pointer a doc's regions name (each once)."""
+    return list(dict.fromkeys(k for _, _, keys in regions(markdown) for k in keys))

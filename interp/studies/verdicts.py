@@ -1,0 +1,140 @@
+"""The one set of rules that turns an effect, its control and the paper's claim into a verdict word.
+
+Every study and the README's study table use these words and only through these functions, so a word
+never goes further than the numbers beside it:
+
+- "not run": no effect was measured.
+- "forced": the effect cannot be told from a control that the set-up alone produces (a random plane of
+  the same dimension, a code size imposed in training): the number says nothing about the model.
+- "not distinguishable from control": the effect cannot be told from an ordinary control.
+- "not reproduced": told apart from the control, but on the side opposite to the paper's claim.
+- "partly": on the paper's side, but the margin over the control is under `min_share` of the paper's own
+  margin (when the paper gives one).
+- "reproduced": on the paper's side, told apart from the control, with (if the paper gives one) at least
+  `min_share` of the paper's margin.
+
+"Told apart": when `diff_ci` (an interval of effect - control) is given, it excludes 0; else when
+intervals of the effect and/or the control are given (a bootstrap interval, the min-max of random draws),
+they do not overlap; else |effect - control| > `tol`.
+
+`judge(...)` returns the inputs and the word as a dict for the JSON, and `rejudge(data)` finds every such
+dict in a result and recomputes its word, so tests/test_docs.py fails when a word and its numbers disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+from interp.errors import InterpError
+
+__all__ = ["WORDS", "NOT_RUN", "FORCED", "CONTROL", "NOT_REPRODUCED", "PARTLY", "REPRODUCED",
+           "verdict", "judge", "rejudge", "against_all", "combine"]
+
+NOT_RUN, FORCED, CONTROL = "not run", "forced", "not distinguishable from control"
+NOT_REPRODUCED, PARTLY, REPRODUCED = "not reproduced", "partly", "reproduced"
+# worst first: a claim checked against several controls takes the worst word (it must beat them all)
+WORDS = (NOT_RUN, NOT_REPRODUCED, FORCED, CONTROL, PARTLY, REPRODUCED)
+CLAIMS = ("greater", "less")
+
+
+def _interval(x: Sequence[float] | None, name: str) -> tuple[float, float] | None:
+    if x is None:
+        return None
+    lo, hi = (float(v) for v in x)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        raise InterpError(f"{name} must be a finite (low, high) interval with low <= high, got {x!r}")
+    return lo, hi
+
+
+def verdict(effect: float | None, control: float | None, claim: str = "greater", *,
+            effect_ci: Sequence[float] | None = None, control_ci: Sequence[float] | None = None,
+            diff_ci: Sequence[float] | None = None, tol: float = 0.0, paper: float | None = None,
+            paper_control: float | None = None, min_share: float = 0.5, setup_control: bool = False) -> str:
+    """The verdict word for `effect` against `control` under the paper's `claim` ("greater": the paper says
+    the effect exceeds the control; "less": it is below, e.g. a rank). See the module doc for the rules."""
+    if claim not in CLAIMS:
+        raise InterpError(f"claim must be one of {CLAIMS}, got {claim!r}")
+    if effect is None or (isinstance(effect, float) and math.isnan(effect)):
+        return NOT_RUN
+    if control is None:
+        raise InterpError("a verdict needs the control that could have produced the same number; got none")
+    effect, control = float(effect), float(control)
+    sign = 1.0 if claim == "greater" else -1.0
+    d_ci, e_ci, c_ci = (_interval(diff_ci, "diff_ci"), _interval(effect_ci, "effect_ci"),
+                        _interval(control_ci, "control_ci"))
+    if d_ci is not None:
+        apart = d_ci[0] > 0 or d_ci[1] < 0
+    elif e_ci is not None or c_ci is not None:
+        e_lo, e_hi = e_ci or (effect, effect)
+        c_lo, c_hi = c_ci or (control, control)
+        apart = e_lo > c_hi or e_hi < c_lo
+    else:
+        apart = abs(effect - control) > tol
+    if not apart:
+        return FORCED if setup_control else CONTROL
+    margin = sign * (effect - control)
+    if margin < 0:
+        return NOT_REPRODUCED
+    if paper is not None and paper_control is not None:
+        paper_margin = sign * (float(paper) - float(paper_control))
+        if paper_margin > 0 and margin < min_share * paper_margin:
+            return PARTLY
+    return REPRODUCED
+
+
+def judge(claim_text: str, effect: float | None, control: float | None, claim: str = "greater", **rule: Any) -> dict:
+    """verdict(...) with its inputs, as the dict a study stores in its JSON (`rejudge` recomputes it)."""
+    word = verdict(effect, control, claim, **rule)
+    clean = {k: (list(v) if isinstance(v, tuple) else v) for k, v in rule.items() if v is not None}
+    return {"claim_text": claim_text, "effect": effect, "control": control, "claim": claim, **clean, "word": word}
+
+
+def against_all(words: Iterable[str]) -> str:
+    """One claim checked against several controls: the worst word (it must beat every control)."""
+    words = list(words)
+    if not words:
+        raise InterpError("against_all needs at least one word")
+    for w in words:
+        if w not in WORDS:
+            raise InterpError(f"{w!r} is not a verdict word ({WORDS})")
+    return min(words, key=WORDS.index)
+
+
+def combine(words: Iterable[str]) -> str:
+    """A study's word from its claims' words: all reproduced -> reproduced; some reproduced or partly ->
+    partly; none run -> not run; otherwise the worst of the rest."""
+    words = [w for w in words]
+    if not words:
+        raise InterpError("combine needs at least one word")
+    against_all(words)  # validates
+    if all(w == REPRODUCED for w in words):
+        return REPRODUCED
+    if any(w in (REPRODUCED, PARTLY) for w in words):
+        return PARTLY
+    if all(w == NOT_RUN for w in words):
+        return NOT_RUN
+    return against_all(w for w in words if w != NOT_RUN)
+
+
+_RULE_KEYS = ("effect_ci", "control_ci", "diff_ci", "tol", "paper", "paper_control", "min_share", "setup_control")
+
+
+def rejudge(data: Any, path: str = "") -> list[str]:
+    """Every `judge` dict inside `data` whose stored word differs from the word its numbers give now."""
+    bad = []
+    if isinstance(data, dict):
+        if {"claim_text", "effect", "control", "claim", "word"} <= set(data):
+            rule = {k: data[k] for k in _RULE_KEYS if k in data}
+            try:
+                word = verdict(data["effect"], data["control"], data["claim"], **rule)
+            except InterpError as e:
+                word = f"error: {e}"
+            if word != data["word"]:
+                bad.append(f"{path or '/'}: says {data['word']!r}, its numbers give {word!r}")
+        for k, v in data.items():
+            bad += rejudge(v, f"{path}/{k}")
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            bad += rejudge(v, f"{path}/{i}")
+    return bad
