@@ -42,7 +42,8 @@ from interp.studies.units import Units, budget as resolve_budget, budget_record,
 from interp.tasks import bpe, english
 from interp.tasks.base import SPECIALS
 
-__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "official", "plan", "repro", "spread", "summarize", "sva_tasks"]
+__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "host_step_seconds", "markdown", "official", "plan", "repro",
+           "spread", "summarize", "sva_tasks", "timing", "verdicts", "write_doc"]
 
 STUDY = "heuristic-core"
 VERSION = 1  # bump when a unit's code changes what it computes
@@ -138,7 +139,8 @@ def summarize(out: dict[str, Any], id_split: str, ood_split: str) -> dict[str, A
 def plan(b: dict[str, Any], models: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Every unit config of budget `b`, in the order they are learned, most wanted first (so a run
     cut short holds the most useful part): the first zoo model at `sparsity` with the first
-    `other_seeds` seeds, at each of `other_sparsities` with the same seeds, every other zoo model at
+    `other_seeds` seeds, at each of `other_sparsities` with the same seeds (seed by seed, so every
+    sparsity gets masks early), every other zoo model at
     `sparsity` (the first `other_model_seeds` seeds), the first model's remaining `seeds` at
     `sparsity`, then real models (`real_seeds` seeds at `sparsity`, their own compressed schedule)."""
     specs = list(dict.fromkeys(models or b["models"]))
@@ -156,7 +158,7 @@ def plan(b: dict[str, Any], models: Sequence[str] | None = None) -> list[dict[st
     if zoo:
         first = seeds[: b["other_seeds"]]
         pairs += [(zoo[0], b["sparsity"], s) for s in first]
-        pairs += [(zoo[0], sp, s) for sp in b["other_sparsities"] for s in first]
+        pairs += [(zoo[0], sp, s) for s in first for sp in b["other_sparsities"]]  # every sparsity early
         pairs += [(m, b["sparsity"], s) for m in zoo[1:] for s in seeds[: b["other_model_seeds"]]]
         pairs += [(zoo[0], b["sparsity"], s) for s in seeds[b["other_seeds"]:]]
     pairs += [(m, b["sparsity"], s) for m in specs if _is_real(m) for s in range(b["real_seeds"])]
@@ -230,7 +232,7 @@ def _aggregate(model, spec: str, configs: list[dict[str, Any]], results: list[di
     out: dict[str, Any] = {
         "recipe": configs[0]["recipe"], "steps": configs[0]["steps"], "batch_size": configs[0]["batch_size"],
         "rows": configs[0]["rows"], "options": configs[0]["options"], "task": configs[0]["task"],
-        "schedule": "compressed (not the paper's 9300 steps)" if configs[0]["steps"] < PAPER_STEPS else "paper",
+        "schedule": "compressed schedule, not the paper's 9300 steps" if configs[0]["steps"] < PAPER_STEPS else "paper",
         "splits": list(splits), "id_split": id_split, "ood_split": ood_split,
         "full": {s: float(full.values[0, j, 0]) for j, s in enumerate(splits)},
         "units_done": sum(r is not None for r in results), "units_total": len(configs),
@@ -332,6 +334,14 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, *, budget:
             {"units_done": 0, "units_total": len(mine)}
         res.update(_seconds(results, mine))
         out["models"][spec] = res
+    for spec, m in out["models"].items():
+        if "sparsities" in m:
+            m["verdicts"] = verdicts(m, b["sparsity"])
+    zoo = [s for s in out["models"] if not _is_real(s)]
+    host = None
+    if zoo:  # the host-side cost of a step, for the GPU estimate
+        host = host_step_seconds(model_of(zoo[0]), _tasks(model_of(zoo[0]), zoo[0], 8)[0])
+    out["timing"] = timing(out, configs, host, b["seeds_per_forward"])
     results = [store.get(c) for c in configs]
     done = sum(r is not None for r in results)
     fraction = b["steps"] * b["batch_size"] / (PAPER_STEPS * PAPER_BATCH)
@@ -362,3 +372,135 @@ def demo_section(workdir: Path) -> list:
         result.overlap,
         result,
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# timing, verdicts and the doc's tables (rendered from the study's one JSON)
+
+
+def host_step_seconds(model, train: tasks.Task, steps: int = 30) -> float:
+    """Seconds per step of `learn_mask` on one row, one seed: the host-side part of a step (Python,
+    hooks, optimizer, kernel launches), what a step costs where the arithmetic is free. A GPU runs
+    these tiny models at about this rate, so it is the basis of the doc's GPU estimate."""
+    t0 = time.perf_counter()
+    masking.learn_mask(model, train, sparsity=0.5, seed=0, steps=steps, batch_size=1, progress=False, **official(PAPER_STEPS))
+    return (time.perf_counter() - t0) / steps
+
+
+def timing(out: dict[str, Any], configs: list[dict[str, Any]], host_step: float | None, seeds_per_forward: int) -> dict[str, Any]:
+    """The budget's time on this CPU from the measured seconds per seed-step (per model), and a GPU
+    estimate: every group of `seeds_per_forward` seeds costs steps x `host_step` (labelled an estimate)."""
+    per_model = {}
+    for spec, m in out["models"].items():
+        mine = [c for c in configs if c["model"] == spec]
+        seed_steps = sum(c["steps"] for c in mine)
+        rate = m.get("seconds_per_seed_step")
+        groups = -(-len(mine) // max(1, seeds_per_forward))
+        per_model[spec] = {"seed_steps": seed_steps, "cpu_hours": None if rate is None else round(seed_steps * rate / 3600, 2),
+                           "gpu_hours_estimate": None if host_step is None or _is_real(spec) else
+                           round(groups * mine[0]["steps"] * host_step / 3600, 2)}
+    known = [v["cpu_hours"] for v in per_model.values()]
+    return {"host_step_s": None if host_step is None else round(host_step, 4), "per_model": per_model,
+            "cpu_hours": None if None in known else round(sum(known), 2)}
+
+
+def verdicts(model: dict[str, Any], paper_sparsity: float) -> dict[str, str]:
+    """The study's verdict per claim of the paper, by rules written here once (the doc prints these
+    words and nothing stronger). At the paper's sparsity only; a claim with too little data is "not run"."""
+    s = model.get("sparsities", {}).get(f"{paper_sparsity:g}")
+    if not s or not s.get("done"):
+        return {k: "not run" for k in ("at_target", "id_alike_ood_spread", "core_above_chance", "core_heuristic")}
+    out = {"at_target": "reproduced" if not s["off_target"] else "not reproduced"}
+    if s["distinct"] < 3:
+        out.update(id_alike_ood_spread="not run", core_above_chance="not run", core_heuristic="not run")
+        return out
+    id_range, ood_range = s["id"]["max"] - s["id"]["min"], s["ood"]["max"] - s["ood"]["min"]
+    ctl = s["random_control"]
+    ctl_range = None if not ctl["matched_ood"] or ctl["matched"] < 2 else ctl["matched_ood"]["max"] - ctl["matched_ood"]["min"]
+    if id_range > 0.05 or ood_range <= 0.05:
+        out["id_alike_ood_spread"] = "not reproduced"
+    elif ctl_range is not None and ctl_range >= ood_range:
+        out["id_alike_ood_spread"] = "not distinguishable from control"
+    else:  # no matched random mask, or a narrower random spread: the learned spread stands
+        out["id_alike_ood_spread"] = "reproduced"
+    out["core_above_chance"] = "reproduced" if s["core"]["above_chance"] else "not reproduced"
+    alone, full = s["core"]["alone"], model["full"]
+    # the paper's core: heuristic features only, so alone it keeps some ID skill and fails OOD
+    out["core_heuristic"] = ("reproduced" if alone[model["ood_split"]] < full[model["ood_split"]] - 0.1
+                             and alone[model["id_split"]] > alone[model["ood_split"]] + 0.1 else "not reproduced")
+    return out
+
+
+def _f(x: float | None, nd: int = 3) -> str:
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def _range(d: dict[str, float] | None) -> str:
+    return "—" if not d else f"{_f(d['mean'])} [{_f(d['min'])}, {_f(d['max'])}]"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The doc's generated part for one `repro` JSON: budget and provenance, per model the
+    per-sparsity table (spread, control, core), every mask, the verdicts, and the timing."""
+    p, bud, prov = result["paper"], result["budget"], result["provenance"]
+    out = ["| Bhaskar et al. 2024 (BERT-base) | in distribution (MNLI) | out of distribution (HANS non-entailment) |",
+           "|---|---|---|", f"| full model | — | {p['full_model_hans']:.3f} |",
+           f"| subnetworks at sparsity {p['sparsity']:.1f} | {p['subnetworks_50_mnli'][0]:.2f}–{p['subnetworks_50_mnli'][1]:.2f} | "
+           f"{p['subnetworks_50_hans'][0]:.3f}–{p['subnetworks_50_hans'][1]:.3f} |", "",
+           f"Budget `{bud['name']}`: {bud['units_done']} of {bud['units_total']} masks stored (`budget.units_done`, "
+           f"`budget.units_total`); zoo steps × batch are {bud['paper_fraction']:.4g} of the paper's "
+           f"{p['steps']} × {p['batch_size']} (`budget.paper_fraction`). Run on {prov['machine']['cpu']}, "
+           f"{prov['machine']['torch_threads']} torch thread(s), {prov['date']}, commit `{prov['commit']}`; "
+           f"this aggregation took {prov['wall_s']:.1f} s (`provenance.wall_s`).", ""]
+    for spec, m in result["models"].items():
+        out.append(f"#### `{spec}` (`models[\"{spec}\"]`)\n")
+        if "sparsities" not in m:
+            out.append(f"No mask stored yet: 0 of {m['units_total']} units.\n")
+            continue
+        out.append(f"{m['recipe']} recipe, {m['steps']} steps ({m['schedule']}), batch {m['batch_size']}, {m['rows']} rows per "
+                   f"split; full model: {m['id_split']} {_f(m['full'][m['id_split']])}, {m['ood_split']} "
+                   f"{_f(m['full'][m['ood_split']])}" + (f"; nearest-noun heuristic: {_f(m['nearest_noun_heuristic'][m['id_split']])} / "
+                   f"{_f(m['nearest_noun_heuristic'][m['ood_split']])}" if "nearest_noun_heuristic" in m else "") + ".\n")
+        out.append(f"| target sparsity | masks done / planned | distinct (duplicates) | achieved sparsity, mean [min, max] | "
+                   f"{m['id_split']} | {m['ood_split']} | random masks matched / drawn | matched random {m['ood_split']} | "
+                   "core units | chance core, mean (95th pct) | p | core alone: ID / OOD |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for key, s in m["sparsities"].items():
+            if not s["done"]:
+                out.append(f"| {key} | 0 / {s['planned']} | — | — | — | — | — | — | — | — | — | — |")
+                continue
+            c, r = s["core"], s["random_control"]
+            out.append(f"| {key} | {s['done']} / {s['planned']} | {s['distinct']} ({len(s['duplicates'])}) | {_range(s['achieved_sparsity'])} | "
+                       f"{_range(s['id'])} | {_range(s['ood'])} | {r['matched']} / {r['draws']} | {_range(r['matched_ood'])} | "
+                       f"{c['units']} | {_f(c['chance_units_mean'])} ({c['chance_units_q95']:g}) | {_f(c['p_value'], 4)} | "
+                       f"{_f(c['alone'][m['id_split']])} / {_f(c['alone'][m['ood_split']])} |")
+        out.append("")
+        out.append(f"| target | seed | achieved sparsity | within {result['sparsity_tolerance']:g} | {m['id_split']} | {m['ood_split']} | final KL |")
+        out.append("|---|---|---|---|---|---|---|")
+        for k in m["masks"]:
+            out.append(f"| {k['sparsity']:g} | {k['seed']} | {_f(k['achieved_sparsity'], 2)} | {'yes' if k['within_tolerance'] else '**no**'} | "
+                       f"{_f(k['accuracy'][m['id_split']])} | {_f(k['accuracy'][m['ood_split']])} | {_f(k['final_kl'], 4)} |")
+        out.append("")
+        v = m.get("verdicts", {})
+        if v:
+            out.append("Verdicts at the paper's sparsity (`models[...].verdicts`, rules in `heuristic_core.verdicts`): "
+                       + "; ".join(f"{k.replace('_', ' ')}: **{w}**" for k, w in v.items()) + ".\n")
+    t = result.get("timing")
+    if t:
+        out.append("| model | seed-steps in the budget | measured s per seed-step here | CPU hours (this CPU, measured rate) | GPU hours (estimate) |")
+        out.append("|---|---|---|---|---|")
+        for spec, row in t["per_model"].items():
+            out.append(f"| `{spec}` | {row['seed_steps']} | {_f(result['models'][spec].get('seconds_per_seed_step'), 4)} | "
+                       f"{_f(row['cpu_hours'], 2)} | {_f(row['gpu_hours_estimate'], 2)} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def write_doc(doc: str | Path, data: str | Path) -> Path:
+    """Replace the text between `<!-- tables:begin -->` and `<!-- tables:end -->` in the doc with
+    `markdown` of the JSON `data` (written atomically)."""
+    import json
+
+    from interp.storage import fill_between
+
+    return fill_between(doc, "<!-- tables:begin -->", "<!-- tables:end -->", markdown(json.loads(Path(data).read_text())))
