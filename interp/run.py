@@ -9,6 +9,9 @@ error, and a model handed in comes back unchanged.
     cache(model, tokens, names, interventions)   one forward, recording activations
     with_grad(model, tokens, names, interventions)  one forward whose recorded activations are
                                                  in the autograd graph (for attribution)
+    natively(model, hf, interventions, record=names)  context: the bridge's HF model without the
+                                                 bridge (`interp.native`), the same interventions
+                                                 at the same hook names as plain PyTorch hooks
     reference(model, names, ablation, tokens)    what zero / mean / resample ablation replaces with
     evaluate(model, tokens, variants, metric)    the metric under each of many variants, side by side
 
@@ -39,7 +42,8 @@ from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv
 from interp.sites import layer_of, position_axis
 
 __all__ = [
-    "Variant", "cache", "evaluate", "intervened", "logits", "plan_forwards", "reference", "scalar", "with_grad",
+    "Variant", "cache", "evaluate", "intervened", "logits", "natively", "natively_possible", "plan_forwards",
+    "reference", "scalar", "with_grad",
 ]
 
 Item = Union[Intervention, WeightEdit]
@@ -132,14 +136,97 @@ def _edited(model, edits: Sequence[WeightEdit]) -> Iterator[None]:
 
 
 @contextmanager
-def intervened(model, interventions: Variant = (), *, start: int = 0) -> Iterator[object]:
+def intervened(model, interventions: Variant = (), *, start: int = 0,
+               record: Sequence[str] = ()) -> Iterator[dict[str, Tensor]]:
     """Run the body with `interventions` applied (hooks and weight edits), all removed on exit.
 
     `start` is the absolute position of the first position the body's forwards compute (non-zero
-    only for a forward over new tokens on a KV cache, as a generator runs)."""
+    only for a forward over new tokens on a KV cache, as a generator runs). Yields {name:
+    activation} for the `record` names, kept as they arrive, before any intervention there."""
     acts, edits = _split(interventions)
-    with _edited(model, edits), hooks(model, _hook_list(acts, start)):
-        yield model
+    found: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> None:
+            found[name] = act.detach()
+
+        return hook_fn
+
+    # the records come first in the list, so each reads its site before any intervention there
+    with _edited(model, edits), hooks(model, [(n, keep(n)) for n in record] + _hook_list(acts, start)):
+        yield found
+
+
+def natively_possible(model, names: Sequence[str]) -> bool:
+    """Whether `natively` can run `names` on this model: a causal decoder on one device, every name
+    with an exact place in the HF module tree, and no hook of the caller's on the bridge (the
+    native run would not fire it)."""
+    from interp.native import native_site
+
+    if not can_resume(model) or getattr(model.original_model, "hf_device_map", None):
+        return False
+    if not all(native_site(n) for n in names):
+        return False
+    return not any(hp.has_hooks() for hp in model.hook_dict.values())
+
+
+@contextmanager
+def natively(model, hf: torch.nn.Module, interventions: Sequence[Intervention] = (), *, start: int = 0,
+             record: Sequence[str] = ()) -> Iterator[dict[str, Tensor]]:
+    """The body runs `hf` (`interp.native.unwrapped(model)`) with `interventions` applied as plain
+    PyTorch hooks at their sites, each a bridge hook name with a native place (`natively_possible`).
+    Yields {name: activation} for the `record` names, kept as they arrive, before any intervention
+    there. Hooks are removed on exit, even on error. `start` as in `intervened`."""
+    from interp.native import block_list, native_site
+
+    acts, edits = _split(interventions)
+    if edits:
+        raise InterpError("weight edits do not run natively; use interp.run.intervened")
+    blocks = block_list(hf, model.cfg.n_layers)
+    by_site: dict[str, list[Intervention]] = {}
+    for iv in acts:
+        for site in iv.sites:
+            by_site.setdefault(site, []).append(iv)
+    names = list(dict.fromkeys([*record, *by_site]))
+    bad = [n for n in names if native_site(n) is None]
+    if bad or blocks is None:
+        raise InterpError(f"{bad or names} have no native place; use interp.run.intervened")
+    found: dict[str, Tensor] = {}
+
+    def apply(name: str, act: Tensor) -> Tensor:
+        if name in record:
+            found[name] = act.detach()
+        for iv in by_site.get(name, ()):
+            act = iv(act, site=name, start=start)
+        return act
+
+    def pre(name: str) -> Callable:
+        def hook_fn(module, args, kwargs):
+            if args:
+                return (apply(name, args[0]), *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": apply(name, kwargs["hidden_states"])}
+
+        return hook_fn
+
+    def post(name: str) -> Callable:
+        def hook_fn(module, args, out):
+            if isinstance(out, Tensor):
+                return apply(name, out)
+            return (apply(name, out[0]), *out[1:])
+
+        return hook_fn
+
+    handles = []
+    try:
+        for name in names:
+            layer, where = native_site(name)
+            block = blocks[layer]
+            handles.append(block.register_forward_pre_hook(pre(name), with_kwargs=True) if where == "input"
+                           else block.register_forward_hook(post(name)))
+        yield found
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:

@@ -8,6 +8,7 @@ passed under two names.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import replace
 from typing import Sequence
@@ -18,9 +19,9 @@ from torch import Tensor
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import hooks
 from interp.metrics import logit_diff
 from interp.model import kv_cache_kwargs, new_kv_cache
+from interp.native import unwrapped
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name, kind_of
 from interp.steering.axes import Axis, Generation, Steer, projection
@@ -96,15 +97,6 @@ def _sample(logits: Float[Tensor, "batch d_vocab"], do_sample: bool, temperature
     return torch.multinomial(probs, 1, generator=generator)[:, 0]
 
 
-def _capture(found: dict[str, Tensor], site: str):
-    """A hook that keeps the activation at `site` as it arrives, at the last position; it returns nothing."""
-
-    def hook_fn(act: Tensor, *, hook) -> None:
-        found[site] = act[:, -1:].detach().clone()
-
-    return hook_fn
-
-
 def _projections_before(steers: Sequence[Steer], found: dict[str, Tensor], start: int) -> list[Tensor]:
     """Each steer's projection on the captured last-position activation of its site ([batch]),
     read before it acts: earlier steers at the same site are applied first, in list order."""
@@ -131,6 +123,7 @@ def generate(
     stop_at_eos: bool = True,
     use_cache: bool = True,
     record: bool = True,
+    native: bool | None = None,
 ) -> Generation:
     """Generate continuations of `prompts` with the `Steer` interventions applied at every forward.
 
@@ -140,6 +133,12 @@ def generate(
     torch.Generator seeded with `seed`. `use_cache=False` reruns the whole sequence each step (the
     reference the cached path must match token for token). `record` captures the activation at
     each steer's site, at the position that predicts each step, and stores its projections.
+
+    `native`: run the HF model under the bridge without the bridge's wrappers (`interp.run.natively`:
+    plain PyTorch hooks at the steers' sites only, HF's KV cache and SDPA attention), which costs
+    what HF `generate` costs. None (default) does so whenever it can: cached, every site the
+    residual stream entering or leaving a block, and no hook of the caller's on the bridge; else
+    the bridge runs every forward. True requires it; False never.
     """
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     steers = [interventions] if isinstance(interventions, Steer) else list(interventions)
@@ -154,6 +153,12 @@ def generate(
     _check_steers(model, steers)
     if any(iv.where is not None for iv in steers):
         raise InterpError("generate chooses the steered positions itself (positions=...); pass Steer without `where`")
+    sites = sorted({iv.axis.site for iv in steers})
+    possible = use_cache and run.natively_possible(model, sites)
+    if native and not possible:
+        raise InterpError(f"native=True needs use_cache=True, a causal decoder on one device, sites that are "
+                          f"blocks.L.hook_resid_pre/post (got {sites}) and no hooks on the bridge")
+    hf = unwrapped(model) if possible and native is not False else None
 
     dev = _device(model)
     tokens, mask, _ = encode(model, prompts)
@@ -169,7 +174,10 @@ def generate(
     recorded: list[list[Tensor]] = []  # per step: one [batch] projection per steer
     kv = new_kv_cache(model) if use_cache else None
     cache_kw = kv_cache_kwargs(model, kv) if kv is not None else {}
-    sites = sorted({iv.axis.site for iv in steers})
+    if hf is not None:  # HF's own names only: its layers take **kwargs and would carry `layer_past` along
+        cache_kw = {k: v for k, v in cache_kw.items() if k != "layer_past"}
+        if "logits_to_keep" in inspect.signature(hf.forward).parameters:
+            cache_kw["logits_to_keep"] = 1  # as HF generate: the unembedding at the last position only
     new: list[Tensor] = []
 
     for step in range(max_new_tokens):
@@ -183,12 +191,14 @@ def generate(
             ids, start = (full_mask.cumsum(-1) - 1).clamp(min=0), 0
         else:  # one new token per row, attending to the cache
             seq, ids, start = new[-1][:, None], (prompt_len + step - 1)[:, None], width + step - 1
-        found: dict[str, Tensor] = {}
-
-        # the captures are registered first, so each reads its site before any steer there acts
-        with torch.no_grad(), hooks(model, [(s, _capture(found, s)) for s in sites] if record else []), \
-                run.intervened(model, step_steers, start=start):
-            logits = model(seq, attention_mask=full_mask, position_ids=ids, **cache_kw)
+        recorded_here = sites if record else ()
+        if hf is not None:
+            with torch.no_grad(), run.natively(model, hf, step_steers, start=start, record=recorded_here) as seen:
+                logits = hf(input_ids=seq, attention_mask=full_mask, position_ids=ids, **cache_kw).logits
+        else:
+            with torch.no_grad(), run.intervened(model, step_steers, start=start, record=recorded_here) as seen:
+                logits = model(seq, attention_mask=full_mask, position_ids=ids, **cache_kw)
+        found = {site: act[:, -1:] for site, act in seen.items()}  # the position that predicts this step
         if kv is not None and step == 0 and kv.get_seq_length() != width:
             raise InterpError(
                 f"the KV cache holds {kv.get_seq_length()} positions after a {width}-token prompt: "
@@ -216,7 +226,7 @@ def generate(
         projections = torch.stack([torch.stack(per_step, 1) for per_step in zip(*recorded)])  # [n_steer, batch, step]
         projections = torch.where(live[None].to(projections.device), projections, torch.nan).cpu()
     meta = {"interventions": [str(iv) for iv in steers], "positions": positions, "do_sample": do_sample,
-            "seed": seed, "use_cache": use_cache, "model": getattr(model.cfg, "model_name", "")}
+            "seed": seed, "use_cache": use_cache, "native": hf is not None, "model": getattr(model.cfg, "model_name", "")}
     return Generation(tuple(prompts), completions, out.cpu(), prompt_len.cpu(), n_generated.cpu(), projections, meta)
 
 
@@ -235,14 +245,11 @@ def last_activations(model, prompts: Sequence[str], *, site: str, layer: int | N
     site = hook_name(site, layer)
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
     out: list[Tensor] = []
-
-    def grab(act: Tensor, *, hook) -> None:  # a capture: returns nothing, changes nothing
-        out.append(act[:, -1].detach().float().cpu())
-
-    with torch.no_grad(), hooks(model, [(site, grab)]):
-        for start in range(0, len(prompts), batch_size):
-            tokens, mask, ids = encode(model, prompts[start: start + batch_size])
+    for start in range(0, len(prompts), batch_size):
+        tokens, mask, ids = encode(model, prompts[start: start + batch_size])
+        with torch.no_grad(), run.intervened(model, (), record=[site]) as seen:
             model(tokens, attention_mask=mask, position_ids=ids, stop_at_layer=_stop_layer(model, site))
+        out.append(seen[site][:, -1].float().cpu())
     return torch.cat(out)
 
 
