@@ -2,7 +2,7 @@
 
 Every result is a frozen dataclass registered with `@result`; `save(obj, path)` writes its tensors
 to safetensors and everything else as JSON in the safetensors header, under one format tag
-("interp/1") with the type's name; `load(path)` gives the object back (`__post_init__` checks it
+("interp/2") with the type's short tag; `load(path)` gives the object back (`__post_init__` checks it
 again). Provenance lives in one field, `meta`, on every type. Every result is a `Grid` or converts
 to one (`to_grid()`), so `interp.plot` draws any of them from the Grid alone: `Grid.meta["chart"]`
 picks the chart (see `CHARTS`), axis names and tick labels title it.

@@ -1,9 +1,12 @@
 """The one file format of every result type, and atomic writes.
 
-`@result` registers a frozen dataclass; `save(obj, path)` writes its tensors to safetensors and
-everything else as JSON in the safetensors header, under one format tag ("interp/1") with the
-type's name (tuples, NaN and nested results kept); `load(path)` gives the object back, its
-`__post_init__` checking it again. Files and folders are written beside their final name and
+`@result` registers a frozen dataclass under a short tag (its class name unless `tag=` says
+otherwise); `save(obj, path)` writes its tensors to safetensors and everything else as JSON in the
+safetensors header, under one format ("interp/2") with the type's tag (tuples, NaN and nested
+results kept); `load(path)` gives the object back, its `__post_init__` checking it again. The tag
+does not depend on the module the class lives in, so moving a class does not break saved files:
+`HOMES` says which module to import for a tag not yet registered (tests check it against the
+source), and files of the first format ("interp/1", keyed by module path) still load. Files and folders are written beside their final name and
 renamed into place, so a crash never leaves a half-written one under that name.
 """
 
@@ -28,8 +31,26 @@ from interp.errors import InterpError
 
 __all__ = ["FORMAT", "atomic_dir", "atomic_path", "load", "result", "save", "write_tensors_atomic", "write_text_atomic"]
 
-FORMAT = "interp/1"
-_REGISTRY: dict[str, type] = {}
+FORMAT = "interp/2"
+_OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
+_REGISTRY: dict[str, type] = {}  # tag -> class
+
+# tag -> the module that registers it, so `load` can import a type nobody has imported yet.
+# When a result class moves, change its module here; its files keep loading.
+HOMES = {
+    "Grid": "interp.results", "Heading": "interp.results",
+    "Graph": "interp.circuits.graph", "Faithfulness": "interp.circuits.circuit",
+    "HeadMask": "interp.masking.mask", "Study": "interp.masking.subnets", "EffectiveSize": "interp.masking.subnets",
+    "SVDSimplifier": "interp.simplify.simplifiers", "KMeansSimplifier": "interp.simplify.simplifiers",
+    "OneHotSimplifier": "interp.simplify.simplifiers",
+    "Sweep": "interp.simplify.faithfulness", "AttentionComparison": "interp.simplify.faithfulness",
+    "WeightScores": "interp.probing.scores", "Probe": "interp.probing.probe",
+    "Delta": "interp.grafting.delta", "ExtractiveScores": "interp.grafting.scores",
+    "Axis": "interp.steering.axes", "Generation": "interp.steering.axes",
+    "Comparison": "interp.studies.steering",
+    "Core": "interp.cores.results", "Operator": "interp.cores.results", "Alignment": "interp.cores.results",
+    "ValidationBars": "interp.cores.results",
+}
 T = TypeVar("T")
 
 
@@ -46,19 +67,30 @@ def _load_method(cls, path: str | Path):
     return obj
 
 
-def result(cls: T) -> T:
-    """Register a frozen dataclass as a result type that `save` and `load` know, and give it
-    `obj.save(path)` and `Type.load(path)` (the same one format for every type)."""
+def result(cls: T | None = None, *, tag: str | None = None) -> T:
+    """Register a frozen dataclass as a result type that `save` and `load` know, under `tag` (its
+    class name by default; pass the old name when renaming a class), and give it `obj.save(path)`
+    and `Type.load(path)` (the same one format for every type). `@result` or `@result(tag="...")`."""
+    if cls is None:
+        return lambda c: result(c, tag=tag)
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls.__name__} must be a dataclass to be a result type")
-    _REGISTRY[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    tag = tag or cls.__name__
+    old = _REGISTRY.get(tag)
+    if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise InterpError(
+            f"result tag {tag!r} of {cls.__module__}.{cls.__qualname__} is already taken by "
+            f"{old.__module__}.{old.__qualname__}; pass @result(tag=...) with another short name"
+        )
+    _REGISTRY[tag] = cls
+    cls._result_tag = tag
     cls.save = _save_method
     cls.load = classmethod(_load_method)
     return cls
 
 
 def _type_name(obj: Any) -> str:
-    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return getattr(type(obj), "_result_tag", "")
 
 
 def _encode(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
@@ -66,7 +98,7 @@ def _encode(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
         tensors[key] = value.detach().cpu().contiguous()
         return {"$tensor": key}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if _type_name(value) not in _REGISTRY:
+        if _REGISTRY.get(_type_name(value)) is not type(value):
             raise InterpError(f"{type(value).__name__} is not a registered result type (decorate it with interp.results.result)")
         fields = {f.name: _encode(getattr(value, f.name), f"{key}.{f.name}", tensors) for f in dataclasses.fields(value)}
         return {"$result": _type_name(value), "fields": fields}
@@ -87,11 +119,12 @@ def _encode(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
 
 
 def _lookup(name: str) -> type:
-    if name not in _REGISTRY and name.startswith("interp."):
-        importlib.import_module(name.rpartition(".")[0])  # registers the type; only interp's own modules
-    if name not in _REGISTRY:
-        raise InterpError(f"unknown result type {name!r} in the file header")
-    return _REGISTRY[name]
+    tag = name.rpartition(".")[2]  # an interp/1 file names "module.Class"; the class name is its tag
+    if tag not in _REGISTRY and tag in HOMES:
+        importlib.import_module(HOMES[tag])  # registers the type
+    if tag not in _REGISTRY:
+        raise InterpError(f"the file holds a result of unknown type {name!r}; known: {', '.join(sorted(HOMES))}")
+    return _REGISTRY[tag]
 
 
 def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
@@ -130,7 +163,7 @@ def load(path: str | Path) -> Any:
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
-            if meta.get("format") != FORMAT:
+            if meta.get("format") not in (FORMAT, *_OLD_FORMATS):
                 raise InterpError(f"{path} is not an interp result file (format {meta.get('format')!r}, want {FORMAT!r})")
             tensors = {k: f.get_tensor(k) for k in f.keys()}
     except InterpError:

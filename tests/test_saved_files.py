@@ -4,6 +4,7 @@ commit 12a6631, before result tags stopped depending on module paths)."""
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 from interp.results import Grid, Heading, load
@@ -23,3 +24,69 @@ def test_v1_files_load_with_their_values():
     mask = load(V1 / "headmask.safetensors")
     assert type(mask).__name__ == "HeadMask" and torch.equal(mask.mlps, torch.tensor([1.0, 0.0]))
     assert mask.meta == {"seed": 3}
+
+
+def _registered_in_source() -> dict[str, str]:
+    """tag -> module for every `@result` class in interp's source (read with ast, nothing imported)."""
+    import ast
+
+    root = Path(__file__).parents[1] / "interp"
+    found = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for d in node.decorator_list:
+                call = d if isinstance(d, ast.Call) else None
+                name = (call.func if call else d)
+                if isinstance(name, ast.Name) and name.id == "result":
+                    tag = next((k.value.value for k in (call.keywords if call else []) if k.arg == "tag"), node.name)
+                    module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+                    assert tag not in found, f"result tag {tag!r} used twice ({found[tag]}, {module})"
+                    found[tag] = module
+    return found
+
+
+def test_every_result_tag_has_its_home():
+    from interp.storage import HOMES
+
+    assert _registered_in_source() == HOMES
+
+
+def test_new_files_carry_the_short_tag_and_a_moved_class_still_loads(tmp_path):
+    from dataclasses import dataclass
+
+    from safetensors import safe_open
+
+    from interp import storage
+    from interp.errors import InterpError
+
+    path = storage.save(Heading("x"), tmp_path / "h.safetensors")
+    meta = safe_open(str(path), "pt").metadata()
+    assert meta["format"] == "interp/2" and meta["type"] == "Heading" and "interp." not in meta["result"]
+
+    @storage.result(tag="PlantedPoint")
+    @dataclass(frozen=True)
+    class Point:
+        x: int
+
+    storage.save(Point(3), tmp_path / "p.safetensors")
+    try:
+        # the class "moves" (another module, another name) but keeps its tag: the file still loads
+        @dataclass(frozen=True)
+        class Point2:
+            x: int
+
+        del storage._REGISTRY["PlantedPoint"]
+        Point2.__module__ = "interp.elsewhere"
+        storage.result(Point2, tag="PlantedPoint")
+        assert storage.load(tmp_path / "p.safetensors") == Point2(3)
+
+        @dataclass(frozen=True)
+        class Other:
+            y: int
+
+        with pytest.raises(InterpError, match="already taken"):
+            storage.result(Other, tag="PlantedPoint")
+    finally:
+        storage._REGISTRY.pop("PlantedPoint", None)
