@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from tqdm.auto import tqdm
 
+from interp import run
 from interp.model import FAMILIES, ZOO_DIR, build_tiny, describe, load
+from interp.sites import hook_name
 from interp.tasks import english, make
 
 __all__ = ["run_demo", "section_circuit", "section_models", "section_patching", "section_zoo"]
@@ -45,10 +46,8 @@ def section_models(workdir: Path) -> list[Any]:
         model = load(spec)
         rows.append({"family": family, "spec": Path(spec).name if "/" in spec else spec, **describe(model)})
         tokens = model.to_tokens(prompt)
-        with torch.no_grad():
-            _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_pattern"))
-        last = model.cfg.n_layers - 1
-        pattern = cache[f"blocks.{last}.attn.hook_pattern"][0]
+        last = hook_name("pattern", model.cfg.n_layers - 1)
+        pattern = run.cache(model, tokens, [last])[1][last][0]  # observed through the one runner
         items.append(Heading(f"{family}: attention in the last layer", 3))
         items.append(plot.attention(pattern, model.to_str_tokens(tokens[0]), causal=family != "bert"))
         if family != "bert":  # IOI reads the next token, which a masked LM does not predict

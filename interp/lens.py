@@ -13,8 +13,8 @@ Three layers, as in `interp.patching`: pure tensor functions (`answer_directions
 (the cache's decomposition at each example's answer position), then the analyses that run the
 model and return a Grid.
 
-The residual-stream arithmetic is TransformerLens's: the cache comes from `model.run_with_cache`
-(an observation, with no interventions; TL's cache methods need a full ActivationCache) and
+The residual-stream arithmetic is TransformerLens's: the cache is recorded by `interp.run.cache`
+(an observation, with no interventions) and wrapped in TL's ActivationCache for its methods, and
 `accumulated_resid`, `get_full_resid_decomposition`, `decompose_resid`, `apply_ln_to_stack`
 (the cached final-LayerNorm scale) and `model.tokens_to_residual_directions` do the work; the
 logit lens reads each state through `transformer_lens.tools.analysis.logit_lens.logit_readout`
@@ -201,11 +201,24 @@ def _tokens(model, tokens) -> Tensor:
     return tokens.to(model.cfg.device)
 
 
+_DECOMPOSED = {"hook_embed", "hook_pos_embed", "hook_resid_pre", "hook_resid_mid", "hook_resid_post",
+               "hook_attn_out", "hook_mlp_out", "hook_z", "hook_scale"}
+
+
 def _run_cache(model, tokens: Tensor, names: Sequence[str] | None = None):
-    """(logits, ActivationCache) of one plain forward; TL's cache methods need the real cache."""
-    flt = None if names is None else (lambda n: n in names or n.endswith("hook_scale") or n in ("hook_embed", "hook_pos_embed"))
-    with torch.no_grad():
-        return model.run_with_cache(tokens, names_filter=flt)
+    """(logits, ActivationCache) of one plain forward, recorded through `interp.run.cache` (the one
+    runner); TL's decomposition methods need its ActivationCache, so the recorded dict is wrapped.
+    `names=None` records what TL's decompositions read: embeddings, residual states, attention and
+    MLP outputs, per-head z and the norms' scales (aliases included, as TL's cache keys them)."""
+    from transformer_lens import ActivationCache
+
+    every = list(model.hook_dict)
+    if names is None:
+        wanted = [n for n in every if n.rsplit(".", 1)[-1] in _DECOMPOSED]
+    else:
+        wanted = [n for n in every if n in names or n.endswith("hook_scale") or n in ("hook_embed", "hook_pos_embed")]
+    logits, acts = run.cache(model, tokens, wanted)
+    return logits, ActivationCache(acts, model)
 
 
 def _resid_names(model) -> list[str]:
