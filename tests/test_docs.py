@@ -166,7 +166,6 @@ UNBOUND = {
     "circuits.md": "tables still rendered into <!-- RESULTS --> by interp.circuits.study, not Render",
     "cores.md": "tables rendered by interp.studies.ace_docs, not Render (CORES is binding it)",
     "heuristic_core.md": "HCORE is binding it",
-    "illusions.md": "INFRA is binding it",
     "steering.md": "STEER is binding it",
     "extractive.md": "prose numbers not yet tied to keys",
     "specialization.md": "DOCS is rerunning and binding it (issue 26 item 2)",
@@ -251,8 +250,17 @@ def test_bound_check_reads_keys_precision_and_prose():
 
 def test_rendered_floats_show_enough_digits_for_one_percent():
     r = bound.Render({"v": [0.5, 0.995, 123.456, 0.00123, 1e-7, 2.0]})
-    shown = [r.num(f"/v/{i}") for i in range(6)]
-    assert shown == ["0.500", "0.995", "123.5", "0.00123", "0.000000100", "2.00"]
+    body = r.region(" ".join(r.num(f"/v/{i}") for i in range(6)))
+    assert bound.numbers_in(body) == ["0.500", "0.995", "123.5", "0.00123", "0.000000100", "2.00"]
+
+
+def test_region_keys_follow_the_text_not_the_call_order():
+    r = bound.Render({"a": 0.25, "b": 7})
+    later = r.num("/a")
+    first = r.int("/b")
+    unused = r.num("/a")  # formatted, never placed: names no key  # noqa: F841
+    body = r.region(f"b {first}, a {later}")
+    assert bound.regions(f"<!-- gen:x -->\n{body}\n<!-- /gen:x -->") == [("x", "b 7, a 0.250\n", ["/b", "/a"])]
 
 
 def test_fill_writes_regions_and_refuses_unrendered_bodies(tmp_path):

@@ -90,11 +90,22 @@ def _decimals_for(value: float, digits: int) -> int:
     return max(1, digits - 1 - math.floor(math.log10(abs(value))))
 
 
+_MARK = re.compile("\x02(\\d+)\x03")
+
+
 class Render:
-    """Formats numbers of one result, each recorded with its JSON pointer; `region` closes a block."""
+    """Formats numbers of one result, each tagged with its JSON pointer; `region` closes a block.
+
+    Each formatted number carries an invisible tag until `region` reads the tags in the order the
+    numbers stand in the text (so the order of the calls does not matter, and a number formatted but
+    not used names no key), then strips them."""
 
     def __init__(self, data: dict, *, digits: int = 3):
-        self.data, self.digits, self.keys = data, digits, []
+        self.data, self.digits, self._keys = data, digits, []
+
+    def _tag(self, ptr: str, text: str) -> str:
+        self._keys.append(ptr)
+        return f"\x02{len(self._keys) - 1}\x03{text}"
 
     def _value(self, ptr: str) -> Any:
         value = get(self.data, ptr)
@@ -105,26 +116,23 @@ class Render:
     def num(self, ptr: str, *, digits: int | None = None, signed: bool = False) -> str:
         """The value at `ptr`: an int as is, a float with >= `digits` significant digits."""
         value = self._value(ptr)
-        self.keys.append(ptr)
         if isinstance(value, int):
-            return f"{value:+d}" if signed else str(value)
+            return self._tag(ptr, f"{value:+d}" if signed else str(value))
         if not math.isfinite(value):
             raise InterpError(f"{ptr} is {value}: a doc cannot state a non-finite number")
         decimals = _decimals_for(value, digits or self.digits)
-        return f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}"
+        return self._tag(ptr, f"{value:+.{decimals}f}" if signed else f"{value:.{decimals}f}")
 
     def int(self, ptr: str) -> str:
         value = self._value(ptr)
         if not (isinstance(value, int) or float(value).is_integer()):
             raise InterpError(f"{ptr} is {value}, not an integer")
-        self.keys.append(ptr)
-        return str(int(value))
+        return self._tag(ptr, str(int(value)))
 
     def pct(self, ptr: str, *, digits: int | None = None) -> str:
         """The fraction at `ptr` as a percentage ("95.5 %")."""
         value = float(self._value(ptr)) * 100
-        self.keys.append(ptr)
-        return f"{value:.{_decimals_for(value, digits or self.digits)}f} %"
+        return self._tag(ptr, f"{value:.{_decimals_for(value, digits or self.digits)}f} %")
 
     def text(self, ptr: str) -> str:
         """A string at `ptr` (a verdict word, a model name); not a number, so not recorded."""
@@ -137,7 +145,9 @@ class Render:
 
     def region(self, body: str) -> str:
         """`body` with the comment naming the keys of its numbers; starts a fresh key list."""
-        keys, self.keys = self.keys, []
+        pending, self._keys = self._keys, []
+        keys = [pending[int(i)] for i in _MARK.findall(body)]
+        body = _MARK.sub("", body)
         found = numbers_in(body)
         if len(found) != len(keys):
             raise InterpError(f"a region has {len(found)} numbers but {len(keys)} were rendered from keys: "
