@@ -96,6 +96,20 @@ def _leaves(x, path=()):
         yield path
 
 
+def _reported(path) -> bool:
+    """Whether docs/steering.md reports the JSON leaf models.SPEC.<path> (spreads: mean, std and max of
+    the random flips, min and max of their judged fractions; the zoo's gap runs: their flip rate)."""
+    key = path[1:]
+    if key[0].startswith("random_"):
+        return key[1:] in (("verb_flip", "mean"), ("verb_flip", "std"), ("verb_flip", "max"), ("judged", "min"),
+                           ("judged", "max"))
+    if key[0] == "gap":
+        return key[-1] == "max"
+    if key[0] == "runs" and (key[1].startswith("core@") or key[1] == "core_mid"):
+        return key[2] == "verb_flip"
+    return key[0] != "examples"
+
+
 def _set(x, path, value):
     for k in path[:-1]:
         x = x[k]
@@ -109,7 +123,7 @@ def test_doc_holds_what_its_json_renders_and_every_number_is_bound():
     for name, body in tables.items():
         assert f"<!-- table:{name} -->\n{body}\n<!-- /table -->" in md, name
     # every non-zero number of the JSON's models reaches the doc: moved by 1 %, the doc no longer matches
-    for path in _leaves(result["models"]):
+    for path in filter(_reported, _leaves(result["models"])):
         changed = copy.deepcopy(result)
         value = changed["models"]
         for k in path:

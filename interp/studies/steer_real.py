@@ -39,7 +39,7 @@ from interp.errors import InterpError
 from interp.tasks import bpe
 from interp.tasks.base import Task
 
-__all__ = ["FRAMES", "ace_cores", "PL_PRONOUNS", "PL_VERBS", "SG_PRONOUNS", "SG_VERBS", "SKIP_BEFORE", "doc_tables", "fit_task",
+__all__ = ["FRAMES", "ace_cores", "bare", "PL_PRONOUNS", "PL_VERBS", "SG_PRONOUNS", "SG_VERBS", "SKIP_BEFORE", "doc_tables", "fit_task",
            "judge", "prompts", "rates", "render", "split_nouns"]
 
 SG_VERBS = frozenset("is was has does isn't wasn't hasn't doesn't 's".split())
@@ -142,6 +142,12 @@ def prompts(model, split: str, n: int, seed: int = 0) -> tuple[list[str], list[s
     return texts, numbers
 
 
+def bare(prompt: str) -> str:
+    """A framed prompt's subject phrase alone ("According to the report, the keys near the cabinet"
+    -> "The keys near the cabinet")."""
+    return "The " + " ".join(prompt.rsplit(" ", 4)[-4:])
+
+
 def fit_task(model, n: int, seed: int = 0) -> tuple[Task, list[str], list[str]]:
     """The fit split as an SVA Task for the ACE core (answer " is" / " are" at the last prompt
     token; corrupt = the head noun's number flipped), with its texts and numbers.
@@ -223,7 +229,10 @@ def ace_cores(model, task: Task, sites: Sequence[str], *, batch_size: int = 16) 
 
 
 def _f(x: Any) -> str:
-    return "–" if x is None else x if isinstance(x, str) else str(x) if isinstance(x, int) else f"{x:.3f}"
+    """Four significant digits: a number moved by 1 % always prints differently (the doc test relies on it)."""
+    if x is None or isinstance(x, (str, int)):
+        return "–" if x is None else str(x)
+    return f"{x:#.4g}".rstrip(".") if abs(x) < 1e4 else f"{x:.0f}"
 
 
 def _table(head: list[str], rows: list[list[Any]]) -> str:
@@ -235,43 +244,80 @@ def _one_line(text: str) -> str:
     return " ↵ ".join(part.strip() for part in text.strip().split("\n") if part.strip())
 
 
+def _runs_rows(spec: str, v: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for run, label in (("unsteered", "unsteered"), ("unsteered_bare", "unsteered, bare (no frame)")):
+        if run in v["runs"]:
+            u = v["runs"][run]
+            rows.append([spec, label, "–", u["judged"], u["verb_agree"], u["verb_flip"], u["flip_share"], u["pronoun_judged"],
+                         "–", "–", "–", "–"])
+    for a, label in (("core", "core flip"), ("diff", "diff-of-means flip")):
+        r, c = v["runs"][a], v[f"random_{a}"]["verb_flip"]
+        rows.append([spec, label, v["layer"][a], r["judged"], r["verb_agree"], r["verb_flip"], r["flip_share"], r["pronoun_judged"],
+                     f"{_f(c['mean'])} ± {_f(c['std'])}", c["max"], f"{_f(v[f'random_{a}']['judged']['min'])}–"
+                     f"{_f(v[f'random_{a}']['judged']['max'])}", v[f"{a}_verdict"]])
+    return rows
+
+
+def _reading(spec: str, v: dict[str, Any]) -> str:
+    r, u = v["runs"], v["runs"]["unsteered"]
+    out = []
+    for a, name in (("core", "core axis"), ("diff", "difference-of-means axis")):
+        c = v[f"random_{a}"]["verb_flip"]
+        out.append(f"{name}: **{v[f'{a}_verdict']}** (flip at layer {v['layer'][a]}: {_f(r[a]['verb_flip'])} of the "
+                   f"{v['n_test']} test continuations take a verb of the other number, judged {_f(r[a]['judged'])}; "
+                   f"{c['n']} random directions of the same norm: mean {_f(c['mean'])}, max {_f(c['max'])}; "
+                   f"unsteered {_f(u['verb_flip'])})")
+    return (f"* **{spec}**: {out[0][0].upper()}{out[0][1:]}; {out[1]}. |cos(core, diff)| at the core's layer: {_f(v['cosine'])}; mean flip "
+            f"displacement core {_f(v['displacement']['core'])}, diff {_f(v['displacement']['diff'])} (residual units).")
+
+
+def _gap_reading(spec: str, v: dict[str, Any]) -> str:
+    r = v["runs"]
+    strong = ", ".join(f"{_f(r[f'core@{s}']['verb_flip'])} at strength {s} (random max {_f(v['gap'][s]['max'])})" for s in v["gap"])
+    return (f"* **{spec}**: core flip {_f(r['core']['verb_flip'])} at strength 1; {strong}; re-centred on the class "
+            f"midpoint {_f(r['core_mid']['verb_flip'])}; singular heads {_f(v['core_flip_by_number']['sg'])}, plural heads "
+            f"{_f(v['core_flip_by_number']['pl'])}.")
+
+
 def doc_tables(result: dict[str, Any]) -> dict[str, str]:
     """The markdown of each generated block of docs/steering.md (name -> text)."""
     head = ["model", "run", "layer", "judged", "verb agrees", "verb flipped", "flip share (all number words)",
-            "random, same norm: flipped mean ± std", "random max", "draws", "verdict"]
-    rows, dev, gap, examples = [], [], [], []
+            "pronoun judged", "random, same norm: flipped mean ± std", "random max", "random judged", "verdict"]
+    rows, dev, gap, gap_text, examples, reading, timing = [], [], [], [], [], [], []
+    strengths: list[str] = []
     for spec, v in result["models"].items():
-        u = v["runs"]["unsteered"]
-        rows.append([spec, "unsteered", "–", u["judged"], u["verb_agree"], u["verb_flip"], u["flip_share"], "–", "–", "–", "–"])
-        for a, name in (("core", "core flip"), ("diff", "diff-of-means flip")):
-            r, c = v["runs"][a], v[f"random_{a}"]["verb_flip"]
-            rows.append([spec, name, v["layer"][a], r["judged"], r["verb_agree"], r["verb_flip"], r["flip_share"],
-                         f"{c['mean']:.3f} ± {c['std']:.3f}", c["max"], c["n"], v[f"{a}_verdict"]])
+        rows += _runs_rows(spec, v)
+        reading.append(_reading(spec, v))
+        timing.append([spec, v["n_layers"], v["unit_seconds"], v["paper_seconds_estimate"]])
         for a in ("core", "diff"):
             dev.append([spec, a, ", ".join(f"L{l}: {_f(s)}" for l, s in v["dev_verb_flip"][a].items()), v["dev_judged"][a]])
         if "gap" in v:
-            runs = v["runs"]
-            gap.append([spec, runs["core"]["verb_flip"], *[runs[f"core@{s}"]["verb_flip"] for s in v["gap"]],
-                        *[v["gap"][s]["max"] for s in v["gap"]], runs["core_mid"]["verb_flip"], runs["diff"]["verb_flip"],
-                        v["core_flip_by_number"]["sg"], v["core_flip_by_number"]["pl"], v["cosine"]])
             strengths = list(v["gap"])
+            runs = v["runs"]
+            gap.append([spec, v["layer"]["core"], runs["core"]["verb_flip"], *[runs[f"core@{s}"]["verb_flip"] for s in strengths],
+                        *[v["gap"][s]["max"] for s in strengths], runs["core_mid"]["verb_flip"],
+                        runs["diff"]["verb_flip"], v["core_flip_by_number"]["sg"], v["core_flip_by_number"]["pl"]])
+            gap_text.append(_gap_reading(spec, v))
         for e in v["examples"]:
             examples.append(f"* {spec}, *{_one_line(e['prompt'])}* ({e['number']}): unsteered “{_one_line(e['unsteered'])}” · "
                             f"core flipped “{_one_line(e['core'])}” · diff flipped “{_one_line(e['diff'])}” · "
                             f"random “{_one_line(e['random_core_0'])}”")
-    out = {"runs": _table(head, rows),
+    b, p = result["budget"], result["provenance"]
+    out = {"runs": _table(head, rows), "reading": "\n".join(reading),
            "dev": _table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], dev),
-           "examples": "\n".join(examples)}
+           "timing": _table(["model", "layers", "compute seconds of its units (this budget)",
+                             "paper budget, estimated seconds"], timing),
+           "examples": "\n".join(examples),
+           "provenance": (f"Budget `{b['name']}` ({', '.join(f'{k}={x}' for k, x in b['values'].items())}), "
+                          f"{b['units_done']}/{b['units_total']} units; made {p['date']} at commit `{p['commit']}` on "
+                          f"{p['machine']['cpu']} ({p['machine']['device']}, {p['machine']['torch_threads']} torch "
+                          f"thread(s)), wall {p['wall_s']} s, {p.get('units_run', 0)} units computed in this run.")}
     if gap:
-        out["gap"] = _table(["model", "core s=1", *[f"core s={s}" for s in strengths],
-                             *[f"random max, {s}× norm" for s in strengths], "core through diff midpoint", "diff s=1",
-                             "core s=1, sg heads", "core s=1, pl heads", "abs cos(core, diff)"], gap)
-    b = result["budget"]
-    p = result["provenance"]
-    out["provenance"] = (f"Budget `{b['name']}` ({', '.join(f'{k}={x}' for k, x in b['values'].items())}), "
-                         f"{b['units_done']}/{b['units_total']} units; made {p['date']} at commit `{p['commit']}` on "
-                         f"{p['machine']['cpu']} ({p['machine']['device']}, {p['machine']['torch_threads']} torch threads), "
-                         f"wall {p['wall_s']} s for this run ({p.get('units_run', 0)} units computed in it).")
+        out["gap"] = _table(["model", "core layer", "core s=1", *[f"core s={s}" for s in strengths],
+                             *[f"random max, {s}× norm" for s in strengths], "core re-centred on class midpoint",
+                             "diff s=1", "core s=1, sg heads", "core s=1, pl heads"], gap)
+        out["gap_reading"] = "\n".join(gap_text)
     return out
 
 

@@ -250,7 +250,7 @@ def _steers(m: _Model, run: str, layer: int | None) -> list[Steer]:
     strength S), "core_mid" (the core direction reflected through the diff axis's class midpoint),
     "random_core_I" / "random_diff_I" (a random unit direction added with the norm of that axis's mean
     flip displacement, sign alternating with I), "random_core_xS_I" (the same at S times the norm)."""
-    if run == "unsteered":
+    if run in ("unsteered", "unsteered_bare"):
         return []
     ax = m.axes(layer)
     if run.startswith("random_"):
@@ -271,9 +271,13 @@ def _unit(units, m: _Model, kind: str, run: str, layer: int | None) -> dict[str,
     n, tokens = (b["n_dev"], b["dev_tokens"]) if kind == "dev" else (b["n_test"], b["test_tokens"])
     config = {"model": m.spec, "kind": kind, "run": run, "layer": layer, "n": n, "tokens": tokens, "n_fit": b["n_fit"],
               "seed": b["seed"]}
+    if m.spec.startswith("zoo:"):  # the zoo's fit set leaves out every dev and test prompt, so it depends on both
+        config["fit_excludes"] = [b["n_dev"], b["n_test"]]
 
     def compute() -> dict[str, Any]:
         texts, numbers = m.lang.prompts(kind, n)
+        if run == "unsteered_bare":  # the same subjects without their context frames
+            texts = [steer_real.bare(t) for t in texts]
         completions = m.generate(texts, _steers(m, run, layer), tokens)
         out = {**m.lang.rates(texts, numbers, completions), "completions": completions}
         if layer is not None:
@@ -287,7 +291,7 @@ def _unit(units, m: _Model, kind: str, run: str, layer: int | None) -> dict[str,
 
 
 def _n_test_runs(b: dict[str, Any], zoo: bool) -> int:
-    return 3 + 2 * b["draws"] + (len(b["gap_strengths"]) * (1 + b["draws"]) + 1 if zoo else 0)
+    return 3 + 2 * b["draws"] + (len(b["gap_strengths"]) * (1 + b["draws"]) + 1 if zoo else 1)
 
 
 def _work(b: dict[str, Any], n_layers: int, zoo: bool) -> int:
@@ -315,6 +319,8 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
     best = {a: max(m.layers, key=lambda l: (dev[a][l]["verb_flip"], -l)) for a in ("core", "diff")}
     runs = [("unsteered", None)] + [(a, best[a]) for a in ("core", "diff")]
     runs += [(f"random_{a}_{i}", best[a]) for a in ("core", "diff") for i in range(b["draws"])]
+    if not m.spec.startswith("zoo:"):
+        runs.append(("unsteered_bare", None))
     if m.spec.startswith("zoo:"):  # the zoo's 0.72-vs-1.00 gap: strength and centre of the core flip
         runs += [(f"core@{s:g}", best["core"]) for s in b["gap_strengths"]] + [("core_mid", best["core"])]
         runs += [(f"random_core_x{s:g}_{i}", best["core"]) for s in b["gap_strengths"] for i in range(b["draws"])]
