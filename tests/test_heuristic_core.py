@@ -74,7 +74,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(gpt2, task, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         masking.learn_masks(gpt2, task, sparsity=0.5, seeds=[0, 1], checkpoint=ckpt, checkpoint_every=5, **FAST)
     monkeypatch.setattr(learn_module, "hard_concrete", real)
-    assert ckpt.exists() and torch.load(ckpt, weights_only=False)["step"] == 15
+    assert ckpt.exists() and torch.load(ckpt, weights_only=True)["step"] == 15
     resumed = masking.learn_masks(gpt2, task, sparsity=0.5, seeds=[0, 1], checkpoint=ckpt, checkpoint_every=5, **FAST)
     for a, b in zip(whole, resumed):
         assert a.meta["log_alpha"] == b.meta["log_alpha"] and torch.equal(a.units(), b.units())

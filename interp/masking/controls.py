@@ -70,7 +70,9 @@ def matched_random(
     ID accuracy lies in [min - tolerance, max + tolerance] of the learned masks' ID accuracies are
     "matched". `learned` ({split: accuracies}) gives the learned masks' accuracies if already
     measured; else they are evaluated here. Returns the learned and random spreads per split, the
-    matched count and the matched masks' OOD spread (None when no random mask matched)."""
+    matched count, the matched masks' OOD spread (None when no random mask matched), and
+    `matched_ood_std_null`: the 5/50/95 % quantiles of the OOD std of as many matched random masks
+    as there are learned ones (2000 resamples with replacement; None with < 2 matched)."""
     if not masks:
         raise InterpError("matched_random needs at least one learned mask")
     if draws < 1 or not 0.0 <= tolerance <= 1.0:
@@ -88,6 +90,13 @@ def matched_random(
     lo, hi = min(learned[id_split]) - tolerance, max(learned[id_split]) + tolerance
     ids, oods = acc[:, 0].tolist(), acc[:, -1].tolist()
     matched = [o for i, o in zip(ids, oods) if lo <= i <= hi]
+    null = None
+    n = len(learned[ood_split])
+    if len(matched) >= 2 and n >= 2:  # the std of n matched random masks, resampled: a spread null of the learned masks' size
+        pick = torch.randint(len(matched), (2000, n), generator=gen)
+        stds = torch.tensor(matched, dtype=torch.float64)[pick].std(1)
+        q = torch.quantile(stds, torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)).tolist()
+        null = {"n": n, "resamples": 2000, "q05": q[0], "median": q[1], "q95": q[2]}
     return {
         "draws": draws, "tolerance": tolerance, "id_split": id_split, "ood_split": ood_split,
         "id_window": [lo, hi],
@@ -95,4 +104,5 @@ def matched_random(
         "random": {id_split: _spread(ids), ood_split: _spread(oods)},
         "matched": len(matched),
         "matched_ood": _spread(matched),
+        "matched_ood_std_null": null,
     }

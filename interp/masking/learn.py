@@ -213,7 +213,7 @@ def learn_masks(
                    "batch_size": batch_size, "weight_decay": weight_decay, "lr": lr, "reg_lr": reg_lr, "warmup": warmup}
     first, history, elapsed = 0, [], 0.0
     if checkpoint is not None and Path(checkpoint).exists():
-        state = torch.load(checkpoint, weights_only=False)
+        state = torch.load(checkpoint, weights_only=True)  # tensors, numbers and lists only
         if state.get("fingerprint") == fingerprint:  # another run's file is ignored, not misread
             with torch.no_grad():
                 log_alpha.copy_(state["log_alpha"])

@@ -1,0 +1,126 @@
+"""docs/heuristic_core.md's generated regions, rendered from the study's one JSON with every number
+bound to its key (`interp.studies.docs.Render`): `write_doc("docs/heuristic_core.md",
+"docs/heuristic_core_repro.json")`.
+
+Regions: ``hc-paper`` (the paper's numbers), ``hc-budget`` (budget and provenance), ``hc-results``
+(per model: the per-sparsity table, every mask, the verdicts), ``hc-timing`` (measured rate, CPU
+hours, GPU estimate).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from interp.studies.docs import Render, pointer, write
+
+__all__ = ["regions", "write_doc"]
+
+
+def _range(r: Render, *at: Any) -> str:
+    base = pointer(*at)
+    return f"{r.num(base + '/mean')} [{r.num(base + '/min')}, {r.num(base + '/max')}]"
+
+
+def _paper(r: Render) -> str:
+    return "\n".join([
+        "| the paper (BERT-base) | in distribution (MNLI) | out of distribution (HANS non-entailment) |",
+        "|---|---|---|",
+        f"| full model | — | {r.num('/paper/full_model_hans')} |",
+        f"| subnetworks at sparsity {r.num('/paper/sparsity')} | {r.num('/paper/subnetworks_50_mnli/0')}–"
+        f"{r.num('/paper/subnetworks_50_mnli/1')} | {r.num('/paper/subnetworks_50_hans/0')}–{r.num('/paper/subnetworks_50_hans/1')} |",
+    ])
+
+
+def _budget(r: Render, data: dict[str, Any]) -> str:
+    prov = data["provenance"]
+    return (f"Budget `{data['budget']['name']}`: {r.int('/budget/units_done')} of {r.int('/budget/units_total')} masks stored; "
+            f"on the zoo, steps × rows per step are {r.num('/budget/paper_fraction')} of the paper's {r.int('/paper/steps')} × "
+            f"{r.int('/paper/batch_size')}. Aggregated on `{prov['machine']['cpu']}` with {r.int('/provenance/machine/torch_threads')} "
+            f"torch thread(s), `{prov['date']}`, commit `{prov['commit']}`, in {r.num('/provenance/wall_s')} s (this run learned "
+            f"{r.int('/provenance/units_run')} of the masks; the rest were read from the unit store).")
+
+
+def _model(r: Render, data: dict[str, Any], spec: str) -> list[str]:
+    m = data["models"][spec]
+    at = ("models", spec)
+    out = [f"#### `{spec}`\n"]
+    if "sparsities" not in m:
+        return out + [f"No mask stored yet: {r.int(pointer(*at, 'units_done'))} of {r.int(pointer(*at, 'units_total'))}.\n"]
+    idk, oodk = m["id_split"], m["ood_split"]
+    line = (f"`{m['recipe']}` recipe, {r.int(pointer(*at, 'steps'))} steps ({m['schedule']}), batch {r.int(pointer(*at, 'batch_size'))}, "
+            f"{r.int(pointer(*at, 'rows'))} rows per split. Full model: `{idk}` {r.num(pointer(*at, 'full', idk))}, `{oodk}` "
+            f"{r.num(pointer(*at, 'full', oodk))}")
+    if "nearest_noun_heuristic" in m:
+        line += (f"; the nearest-noun heuristic scores {r.num(pointer(*at, 'nearest_noun_heuristic', idk))} / "
+                 f"{r.num(pointer(*at, 'nearest_noun_heuristic', oodk))}")
+    out += [line + ".\n",
+            f"| target sparsity | masks done / planned | distinct (duplicates) | achieved sparsity, mean [min, max] | `{idk}` | `{oodk}` "
+            f"| random masks matched / drawn | matched random, `{oodk}` | core units | chance core, mean (5th–95th pct) | p | core alone: ID / OOD |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, s in m["sparsities"].items():
+        sp = (*at, "sparsities", key)
+        target = f"`{key}`"
+        if not s["done"]:
+            out.append(f"| {target} | 0 / {r.int(pointer(*sp, 'planned'))} | — | — | — | — | — | — | — | — | — | — |")
+            continue
+        c, ctl = (*sp, "core"), (*sp, "random_control")
+        cells = [target, f"{r.int(pointer(*sp, 'done'))} / {r.int(pointer(*sp, 'planned'))}",
+                 f"{r.int(pointer(*sp, 'distinct'))} ({r.int(pointer(*sp, 'duplicate_count'))})",
+                 _range(r, *sp, "achieved_sparsity"), _range(r, *sp, "id"), _range(r, *sp, "ood"),
+                 f"{r.int(pointer(*ctl, 'matched'))} / {r.int(pointer(*ctl, 'draws'))}"]
+        cells.append(_range(r, *ctl, "matched_ood") if s["random_control"]["matched_ood"] else "—")
+        cells += [r.int(pointer(*c, "units")),
+                  f"{r.num(pointer(*c, 'chance_units_mean'))} ({r.num(pointer(*c, 'chance_units_q05'))}–{r.num(pointer(*c, 'chance_units_q95'))})",
+                  r.num(pointer(*c, "p_value")), f"{r.num(pointer(*c, 'alone', idk))} / {r.num(pointer(*c, 'alone', oodk))}"]
+        out.append("| " + " | ".join(cells) + " |")
+    out += ["", f"| target | seed | achieved sparsity | within tolerance | `{idk}` | `{oodk}` | final KL |", "|---|---|---|---|---|---|---|"]
+    for i, k in enumerate(m["masks"]):
+        mk = (*at, "masks", i)
+        out.append(f"| {r.num(pointer(*mk, 'sparsity'))} | {r.int(pointer(*mk, 'seed'))} | {r.num(pointer(*mk, 'achieved_sparsity'))} | "
+                   f"{'yes' if k['within_tolerance'] else '**no**'} | {r.num(pointer(*mk, 'accuracy', idk))} | "
+                   f"{r.num(pointer(*mk, 'accuracy', oodk))} | {r.num(pointer(*mk, 'final_kl'))} |")
+    out.append("")
+    for name, v in m.get("verdicts", {}).items():
+        vp = (*at, "verdicts", name)
+        nums = "" if v["effect"] is None else f" ({r.num(pointer(*vp, 'effect'))} against {r.num(pointer(*vp, 'control'))}" + (
+            f", control interval {r.num(pointer(*vp, 'control_ci', 0))}–{r.num(pointer(*vp, 'control_ci', 1))})" if "control_ci" in v else ")")
+        out.append(f"- {v['claim_text'].split(' (')[0]}: **{r.text(pointer(*vp, 'word'))}**{nums}")
+    out.append("")
+    return out
+
+
+def _timing(r: Render, data: dict[str, Any]) -> str:
+    t = data["timing"]
+    out = ["| model | seed-steps in the budget | measured s per seed-step here | CPU hours, this CPU (measured rate) | GPU hours (estimate) |",
+           "|---|---|---|---|---|"]
+    for spec, row in t["per_model"].items():
+        rate = data["models"][spec].get("seconds_per_seed_step")
+        cells = [r.int(pointer("timing", "per_model", spec, "seed_steps")),
+                 "—" if rate is None else r.num(pointer("models", spec, "seconds_per_seed_step")),
+                 "—" if row["cpu_hours"] is None else r.num(pointer("timing", "per_model", spec, "cpu_hours")),
+                 "—" if row["gpu_hours_estimate"] is None else r.num(pointer("timing", "per_model", spec, "gpu_hours_estimate"))]
+        out.append(f"| `{spec}` | " + " | ".join(cells) + " |")
+    if t["host_step_s"] is not None:
+        out.append(f"\nThe GPU column is an estimate, not a measurement: a step of these 4-layer models on a GPU is bound by "
+                   f"its host-side work (Python, hooks, optimizer, launches), measured here as {r.num('/timing/host_step_s')} s "
+                   "a step on one row, times the steps of each batched group of seeds.")
+    return "\n".join(out)
+
+
+def regions(data: dict[str, Any]) -> dict[str, str]:
+    """The doc's regions for one `heuristic_core.repro` JSON."""
+    r = Render(data)
+    out = {"hc-paper": r.region(_paper(r)), "hc-budget": r.region(_budget(r, data))}
+    lines: list[str] = []
+    for spec in data["models"]:
+        lines += _model(r, data, spec)
+    out["hc-results"] = r.region("\n".join(lines).rstrip())
+    out["hc-timing"] = r.region(_timing(r, data))
+    return out
+
+
+def write_doc(doc: str | Path, data: str | Path) -> Path:
+    """Fill the doc's regions from the JSON file `data` (each region written atomically)."""
+    return write(doc, regions(json.loads(Path(data).read_text())))
