@@ -73,17 +73,21 @@ cells = [
     ),
     new_markdown_cell(
         "## The domain × subnetwork matrix\n\n"
-        "`study.run_model` probes one task per domain, scores every subnetwork on the test rows of every task, and "
-        "adds the controls at each subnetwork's sparsity per matrix: a random mask, a magnitude-only mask (|W|), "
-        "and the mask probed on another domain, with 95 % bootstrap intervals."
+        "`study.repro(budget='quick')` probes one task per domain (no cap on validation checks), scores every "
+        "subnetwork on the test rows of every task, and adds the controls at each subnetwork's sparsity per matrix: "
+        "the same search on random scores (the control that can fail), a magnitude-only mask (|W|) and a random mask "
+        "of the probe's counts, with bootstrap intervals; the overlap is read against a permutation null. Each "
+        "piece is a unit stored under `units` (a rerun reads them back)."
     ),
     new_code_cell(
-        "result = study.merge([study.run_model('zoo:multidomain', progress=False, settings={'bootstrap': 500})])\n"
+        "import tempfile\n"
+        "result = study.repro(progress=False, budget='quick', overrides={'bootstrap': 500}, units=tempfile.mkdtemp())\n"
         "plot.show(study.matrix_grid(result, 'zoo:multidomain'))"
     ),
     new_code_cell(
         "from IPython.display import Markdown\n"
-        "Markdown(study.markdown(result))"
+        "from interp.studies.specialization_doc import regions\n"
+        "Markdown(regions(result)['verdicts'] + '\\n\\n' + regions(result)['results'])"
     ),
     new_markdown_cell(
         "Read it beside the paper's claims: a subnetwork is specialised if its own domain keeps its accuracy while "

@@ -168,7 +168,6 @@ UNBOUND = {
     "heuristic_core.md": "HCORE is binding it",
     "steering.md": "STEER is binding it",
     "extractive.md": "prose numbers not yet tied to keys",
-    "specialization.md": "DOCS is rerunning and binding it (issue 26 item 2)",
     "scale.md": "an estimate sheet, not a study: configuration values scale.json does not hold",
 }
 

@@ -276,6 +276,30 @@ def test_bpe_domains_on_smollm2(smollm2):
         domains.task(smollm2, "facts", "capital", n=64)
     lins = probing.linears(smollm2)
     assert len(lins) == 7 * 30
+    # format-matched prompts: one Q/A frame; a split asked for more rows than it has items repeats its
+    # items under other solved examples, each row naming its item
+    m = domains.task(smollm2, "facts", "capital", split="test", n=64, fmt="matched", repeat=True)
+    assert len(m) == 64 and m.meta["format"] == "matched" and len(set(m.meta["keys"])) < 64
+    assert all(x.split("\n")[-2].startswith("Q: the capital of ") for x in m.text)
+    assert len(set(m.text)) == 64  # the repeats differ in their solved example
+
+
+def test_random_scores_are_seeded_noise_and_the_check_cap_can_be_lifted(own_llama):
+    """Random scores are the same for one seed and differ across seeds; max_checks=None runs the
+    search with no cap (tests/test_specialization.py shows the random-score search both stopping short
+    of and reaching its target on the zoo model: a control that can fail)."""
+    m = own_llama
+    tokens = _tokens(m, batch=32)
+    metric = _top_logit_metric(m, tokens)
+    p = probing.probe(m, tokens, metric, probing.random_scores(m, seed=0), tolerance=0.05, sparsity=0.5,
+                      max_checks=None, progress=False)
+    assert "max_checks" not in p.meta["stop"] and p.meta["scores"]["kind"] == "random"
+    name = next(iter(probing.linears(m)))
+    a, b = probing.random_scores(m, seed=0), probing.random_scores(m, seed=1)
+    assert torch.equal(a.matrix(m, name), probing.random_scores(m, seed=0).matrix(m, name))
+    assert not torch.equal(a.matrix(m, name), b.matrix(m, name))
+    with pytest.raises(InterpError, match="or None for no cap"):
+        probing.probe(m, tokens, metric, a, max_checks=0, progress=False)
 
 
 def test_zoo_multidomain_model_solves_its_domains():
@@ -285,38 +309,3 @@ def test_zoo_multidomain_model_solves_its_domains():
         for name, t in tasks.items():
             acc = float(domains.option_accuracy(t)(run.logits(model, t.clean)))
             assert acc >= 0.9, (d, name, acc)
-
-
-def test_study_tables_come_from_the_json(tmp_path):
-    """The doc's tables are rendered from the repro JSON: every number shown is a number stored."""
-    import json
-    import re
-
-    from interp.studies import specialization as study
-
-    doms = ["a", "b"]
-    cell = lambda x: {"scores": {d: x for d in doms}, "ci": {d: [x - 0.1, x + 0.1] for d in doms}}
-    part = {
-        "model": "m", "domains": {d: {"tasks": ["t1", "t2"], "probe_task": "t1"} for d in doms}, "settings": {},
-        "full": {d: {"score": 0.9, "ci": [0.8, 1.0]} for d in doms},
-        "subnetworks": {d: {"probe_task": "t1", "sparsity": 0.3, "heldout_tasks": 0.75, **cell(0.85)} for d in doms},
-        "controls": {"random": {d: {"sparsity": 0.3, "scores": {d: 0.2}, "ci": {d: [0.1, 0.3]}} for d in doms},
-                     "magnitude": {d: {"sparsity": 0.3, **cell(0.6)} for d in doms},
-                     "cross": {d: {"mask_from": "b", "sparsity": 0.3, "score": 0.55, "ci": [0.5, 0.6], "own": 0.85}
-                               for d in doms}},
-        "overlap": {"k": 0.1, "within": 0.7, "across": 0.4, "tasks": [], "matrix": []}, "seconds": 1.0,
-    }
-    result = study.merge([part])
-    md = study.markdown(result)
-    stored = set(re.findall(r"-?\d+\.?\d*", json.dumps(result)))
-    shown = set(re.findall(r"-?\d+\.?\d*", md))
-    assert shown <= stored, shown - stored
-    assert "not run" in md  # random controls scored on their own domain only
-    grid = study.matrix_grid(result, "m")
-    assert grid.shape == (7, 2) and grid.labels[0][0] == "full"
-    assert torch.isnan(grid.values[3, 1]) and torch.isnan(grid.values[4, 0]) and not grid.values[5:].isnan().any()
-    doc = tmp_path / "doc.md"
-    doc.write_text(f"intro\n{study.BEGIN}\nold\n{study.END}\noutro\n")
-    study.write_doc(result, doc)
-    text = doc.read_text()
-    assert "old" not in text and md in text and text.startswith("intro") and text.endswith("outro\n")

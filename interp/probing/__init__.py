@@ -7,6 +7,8 @@ Specialization"; only the abstract is public, so the choices below are parameter
     p = probe(model, val.clean, metric, scores, answer_pos=val.answer_pos, tolerance=0.05, sparsity=0.5)
     run.logits(model, tokens, [p.mask(model)])       the subnetwork, applied by the runner
     random_like(p), magnitude_like(model, p)         the controls at p's sparsity per matrix
+    probe(..., random_scores(model, seed))           the search itself on random scores: a control that can fail
+    overlap_null(grid)                               within - across against tasks dealt to domains at random
 
 `probe` sorts each matrix's scores into G quantile groups (per output row or per matrix) and
 prunes the lowest groups greedily while the validation metric stays within the tolerance (see
@@ -16,7 +18,7 @@ swapped for one forward by `interp.run` and never written. Domain tasks: `interp
 `interp.studies.specialization`.
 """
 
-from interp.probing.overlap import jaccard, overlap, top_fraction
+from interp.probing.overlap import jaccard, overlap, overlap_null, top_fraction, within_minus_across
 from interp.probing.probe import (
     GROUPINGS,
     Probe,
@@ -36,11 +38,12 @@ from interp.probing.scores import (
     input_norms,
     linears,
     magnitude,
+    random_scores,
     wanda,
 )
 
 __all__ = [
     "GROUPINGS", "KINDS", "Linear", "Probe", "WeightScores", "check_model", "fingerprint", "input_norms", "jaccard",
-    "levels", "linears", "magnitude", "magnitude_like", "overlap", "per_matrix", "probe", "random_like",
-    "sparsity_of", "top_fraction", "wanda",
+    "levels", "linears", "magnitude", "magnitude_like", "overlap", "overlap_null", "per_matrix", "probe",
+    "random_like", "random_scores", "sparsity_of", "top_fraction", "wanda", "within_minus_across",
 ]

@@ -17,7 +17,8 @@ into halves (in order of the group's mean score relative to its matrix's, lowest
 each half on top of what is kept so far, down to single matrices. A matrix whose group q alone
 breaks the tolerance is kept from then on (its higher groups score higher still). The probe stops
 at `sparsity` (the target: the last level prunes only as many matrices, lowest first, as reach
-it), when no matrix is left in play, or after `max_checks` validation runs. Each validation run
+it), when no matrix is left in play, or after `max_checks` validation runs (None: no cap, so a
+probe stops only at its target or when every matrix broke the tolerance). Each validation run
 is `interp.run.evaluate` with the candidate `WeightMask`; the model's weights are never written.
 
 Tolerance: a candidate is kept when metric >= full - tolerance * |full|, full being the
@@ -142,7 +143,7 @@ def probe(
     sparsity: float | None = None,
     n_groups: int = 10,
     grouping: str = "row",
-    max_checks: int = 64,
+    max_checks: int | None = 64,
     min_examples: int = 32,
     progress: bool = True,
 ) -> Probe:
@@ -164,8 +165,8 @@ def probe(
         raise InterpError(f"sparsity={sparsity!r} cannot be reached: with n_groups={n_groups} the probe prunes at "
                           f"most {reach:.3f} of the weights (every matrix keeps its top group); pass a target in "
                           f"(0, {reach:.3f}] or more groups")
-    if isinstance(max_checks, bool) or not isinstance(max_checks, int) or max_checks < 1:
-        raise InterpError(f"max_checks={max_checks!r} must be an int >= 1")
+    if max_checks is not None and (isinstance(max_checks, bool) or not isinstance(max_checks, int) or max_checks < 1):
+        raise InterpError(f"max_checks={max_checks!r} must be an int >= 1, or None for no cap (the probe runs to its target)")
     lins = linears(model)
     missing = [n for n, l in lins.items() if n not in scores.norms or scores.norms[n].shape != (l.shape[1],)]
     if missing:
@@ -206,7 +207,7 @@ def probe(
                 have += int(sizes[n][pruned[n] : q + 1].sum())
             active = take
         queue = [active] if active else []
-        while queue and len(history) < max_checks:
+        while queue and (max_checks is None or len(history) < max_checks):
             part = queue.pop(0)
             candidate = {**pruned, **{n: q + 1 for n in part}}
             value = run_check(candidate, f"level {q}")

@@ -24,7 +24,7 @@ from interp.errors import InterpError
 from interp.hooks import hook_groups, hooks
 from interp.results import result
 
-__all__ = ["KINDS", "Linear", "WeightScores", "fingerprint", "input_norms", "linears", "magnitude", "wanda"]
+__all__ = ["KINDS", "Linear", "WeightScores", "fingerprint", "input_norms", "linears", "magnitude", "random_scores", "wanda"]
 
 # the linear layers of a block, by their bridge paths; the MLP's gate/in read the MLP's input
 KINDS = ("attn.q", "attn.k", "attn.v", "attn.o", "mlp.gate", "mlp.in", "mlp.out")
@@ -109,10 +109,15 @@ class WeightScores:
                 raise InterpError(f"norms[{name!r}] must be a 1-D tensor (one norm per input feature)")
 
     def matrix(self, model, name: str) -> Tensor:
-        """The [out, in] score map of weight `name` of `model`."""
+        """The [out, in] score map of weight `name` of `model` (random scores: uniform noise, the same
+        for one seed and weight name on any device)."""
         if name not in self.norms:
             raise InterpError(f"no scores for {name!r}; scored weights: {len(self.norms)} (e.g. {next(iter(self.norms))})")
-        return wanda(model.get_parameter(name), self.norms[name])
+        weight = model.get_parameter(name)
+        if self.meta.get("kind") == "random":
+            gen = torch.Generator().manual_seed(int(self.meta["seed"]) * 1_000_003 + sum(map(ord, name)) * 7919)
+            return torch.rand(tuple(weight.shape), generator=gen).to(weight.device)
+        return wanda(weight, self.norms[name])
 
 
 def magnitude(model) -> WeightScores:
@@ -120,6 +125,15 @@ def magnitude(model) -> WeightScores:
     lins = linears(model)
     return WeightScores({n: torch.ones(l.shape[1]) for n, l in lins.items()},
                         {"kind": "magnitude", "model": model.cfg.model_name, "examples": 0})
+
+
+def random_scores(model, seed: int = 0) -> WeightScores:
+    """Scores that carry no information: uniform noise per weight. Probing with them is the control
+    that can fail: the same greedy search, tolerance and target, with the weight-activation order
+    replaced by chance; if it reaches the target and scores as well, the scores found nothing."""
+    lins = linears(model)
+    return WeightScores({n: torch.ones(l.shape[1]) for n, l in lins.items()},
+                        {"kind": "random", "seed": int(seed), "model": model.cfg.model_name, "examples": 0})
 
 
 def input_norms(model, tokens: Tensor, *, answer_pos: Tensor | None = None, chunk: int = 32,

@@ -1,20 +1,25 @@
 """Generalization by Specialization (Ma et al. 2025): domain subnetworks found by parameter probing,
-scored on every domain beside three controls at the same sparsity.
+each claim beside a control that could have produced the same number.
 
-For each model and domain: Wanda input norms of every task's validation rows (`interp.probing`),
-the overlap of the tasks' top-10 % weights (within vs across domains), then a subnetwork probed on
-one task of the domain (greedy group pruning to a target sparsity within a tolerance), scored on
-the test rows of every task of every domain: the domain x subnetwork matrix. Controls at each
-subnetwork's sparsity per matrix: a random mask, a magnitude-only mask (|W|), and the mask probed
-on another domain. 95 % bootstrap intervals over test examples. `interp repro specialization
---json` prints the JSON; docs/specialization.md is rendered from it (`markdown`).
+Claim 1 (weight activations are task-specific): the Jaccard overlap of tasks' top-k Wanda weights is
+higher within a domain than across, read against a permutation null (the same matrix with the tasks
+dealt to domains at random, domain sizes kept) and again with format-matched prompts (one Q/A frame in
+every domain, so shared prompt tokens cannot make a domain's tasks alike).
+Claim 2 (probed subnetworks keep their domain): each domain's probe (greedy group pruning to the target
+sparsity, no cap on validation checks) scored on its domain's test rows beside the same search run on
+random scores (a control that can fail: it matches when the scores carry nothing), a magnitude mask and
+a random mask of the probe's per-matrix counts, all at the probe's sparsity, scored on every domain.
+Claim 3 (they deteriorate across domains): a domain's own subnetwork against the other domains'
+subnetworks on that domain's test rows. Differences carry 95 % bootstrap intervals (test items
+resampled, paired rows); verdict words come from interp.studies.verdicts.
 
-Built from public names of `interp.probing`, `interp.run` and the domain tasks only.
+Every piece is a unit (interp.studies.units): an overlap per (model, format), the full model's scores,
+a probe per (model, domain), a control per (model, domain, kind). `interp repro specialization
+--budget quick|cpu|paper`; docs/specialization.md is rendered from the JSON by `write_doc`.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,248 +31,328 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.model import load
 from interp.probing import (
-    Probe,
-    input_norms,
-    magnitude_like,
-    overlap,
-    probe,
-    random_like,
+    Probe, input_norms, magnitude_like, overlap, overlap_null, probe, random_like, random_scores,
 )
 from interp.results import Grid, Heading
+from interp.results import load as load_result
+from interp.results import save as save_result
 from interp.run import evaluate
+from interp.studies.units import Units, budget_record, provenance
+from interp.studies.units import budget as resolve_budget
+from interp.studies.verdicts import against_all, combine, judge
 from interp.tasks import domains as bpe_domains
 from interp.tasks import multidomain
 from interp.tasks.domains import option_scores
 
-__all__ = [
-    "DEFAULT_MODELS", "SETTINGS", "demo_section", "markdown", "matrix_grid", "merge", "repro", "run_model", "write_doc",
-    "write_repro",
-]
+__all__ = ["BUDGETS", "CONTROLS", "demo_section", "matrix_grid", "repro", "write_doc"]
 
-DEFAULT_MODELS = ("smollm2-135m", "gemma3-270m")
-# the task each domain's subnetwork is probed on (the others of the domain are held out)
+VERSION = 2
 PROBE_TASK = {"arithmetic": "add", "grammar": "sva_pp", "facts": "capital", "code": "operator"}
 ZOO_PROBE_TASK = {"counting": "up", "grammar": "agree", "facts": "capital"}
-SETTINGS = {
-    # controls="own": the random and magnitude controls are scored on their own domain only (a
-    # shared two-core CPU could not afford every domain for every control on the real models)
-    "real": dict(n_val=32, n_test=16, sparsity=0.3, tolerance=0.1, n_groups=10, grouping="row", max_checks=8,
-                 k=0.1, bootstrap=1000, controls="own"),
-    "zoo": dict(n_val=32, n_test=32, sparsity=0.6, tolerance=0.05, n_groups=10, grouping="row", max_checks=64,
-                k=0.1, bootstrap=1000, controls="all"),
+# random_search: the probe's own search on random scores (can fail); random_counts: the probe's
+# per-matrix counts pruned at random (cannot fail: reported, not used for a verdict)
+CONTROLS = ("random_search", "magnitude", "random_counts")
+_COMMON = dict(n_val=32, n_groups=10, grouping="row", max_checks=0, k=0.1, bootstrap=1000, permutations=10000)
+BUDGETS = {
+    "quick": {**_COMMON, "models": ["zoo:multidomain"], "n_test": 32, "sparsity": 0.6, "tolerance": 0.05,
+              "bootstrap": 200, "permutations": 2000, "formats": ["default"]},
+    "cpu": {**_COMMON, "models": ["smollm2-135m"], "n_test": 200, "sparsity": 0.3, "tolerance": 0.1,
+            "formats": ["default", "matched"]},
+    "paper": {**_COMMON, "models": ["smollm2-135m", "gemma3-270m"], "n_test": 200, "sparsity": 0.3, "tolerance": 0.1,
+              "formats": ["default", "matched"]},
 }
+PAPER = {"claims": {"1": "weight activations are task-specific",
+                    "2": "a subnetwork probed for a domain keeps (or improves) performance within it",
+                    "3": "its performance deteriorates across domains"},
+         "note": "the paper's models are 2B-9B (LLaMA, Gemma); only its abstract is public, so it gives no number here"}
 
 
-def _suites(model, spec: str, s: dict) -> tuple[dict, dict, dict]:
+def _suite(model, spec: str, split: str, n: int, fmt: str) -> dict:
     if spec.startswith("zoo:"):
-        val = multidomain.suite(split="val", n=s["n_val"])
-        test = multidomain.suite(split="test", n=s["n_test"])
-        return val, test, ZOO_PROBE_TASK
-    val = bpe_domains.suite(model, split="val", n=s["n_val"])
-    test = bpe_domains.suite(model, split="test", n=s["n_test"])
-    return val, test, PROBE_TASK
+        if fmt != "default":
+            raise InterpError(f"the zoo's multidomain tasks have one prompt format; {fmt!r} is for real models")
+        return multidomain.suite(split=split, n=n)
+    # a split with fewer items than rows asks them again under other solved examples (meta["keys"])
+    return bpe_domains.suite(model, split=split, n=n, fmt=fmt, repeat=True)
 
 
-def _per_example(model, task, mask) -> torch.Tensor:
-    """[batch] option accuracy of each test row under `mask` (None: the full model), one forward."""
+def _rows(model, task, mask) -> list[int]:
+    """0/1 option accuracy of each row under `mask` (None: the full model)."""
     variant = [] if mask is None else [mask]
 
     def metric(logits):
         return {str(i): v for i, v in enumerate(option_scores(logits, task))}
 
-    return evaluate(model, task.clean, [variant], metric, answer_pos=task.answer_pos, progress=False)[0]
+    return [int(v) for v in evaluate(model, task.clean, [variant], metric, answer_pos=task.answer_pos,
+                                     progress=False)[0].tolist()]
 
 
-def _bootstrap(x: torch.Tensor, draws: int, seed: int = 0) -> list[float]:
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.randint(len(x), (draws, len(x)), generator=gen)
-    means = x[idx].mean(1)
-    return [round(float(means.quantile(0.025)), 4), round(float(means.quantile(0.975)), 4)]
+def _score_all(model, test: dict, mask) -> dict[str, list[int]]:
+    return {f"{d}/{n}": _rows(model, t, mask) for d, tasks in test.items() for n, t in tasks.items()}
 
 
-def _scores(model, test: dict, mask, draws: int, only: Sequence[str] | None = None) -> dict[str, Any]:
-    """{"scores": {domain: mean}, "ci": {domain: [lo, hi]}, "tasks": {domain/task: mean}} over the
-    test rows of every domain (or of the domains `only`)."""
-    out: dict[str, Any] = {"scores": {}, "ci": {}, "tasks": {}}
-    for d, tasks in test.items():
-        if only is not None and d not in only:
-            continue
-        parts = []
-        for name, t in tasks.items():
-            x = _per_example(model, t, mask)
-            out["tasks"][f"{d}/{name}"] = round(float(x.mean()), 4)
-            parts.append(x)
-        x = torch.cat(parts)
-        out["scores"][d] = round(float(x.mean()), 4)
-        out["ci"][d] = _bootstrap(x, draws)
+class _Model:
+    """The model and its task suites, loaded only when a unit needs them."""
+
+    def __init__(self, spec: str, b: dict):
+        self.spec, self.b, self._model, self._suites = spec, b, None, {}
+
+    @property
+    def model(self):
+        if self._model is None:
+            self._model = load(self.spec)
+        return self._model
+
+    def suite(self, split: str, fmt: str = "default") -> dict:
+        if (split, fmt) not in self._suites:
+            n = self.b["n_val"] if split == "val" else self.b["n_test"]
+            self._suites[split, fmt] = _suite(self.model, self.spec, split, n, fmt)
+        return self._suites[split, fmt]
+
+    def probe_task(self) -> dict[str, str]:
+        return ZOO_PROBE_TASK if self.spec.startswith("zoo:") else PROBE_TASK
+
+
+def _overlap_unit(m: _Model, fmt: str) -> dict:
+    val = m.suite("val", fmt)
+    norms = {f"{d}/{n}": input_norms(m.model, t.clean, answer_pos=t.answer_pos) for d, ts in val.items() for n, t in ts.items()}
+    grid = overlap(m.model, norms, {k: k.split("/")[0] for k in norms}, k=m.b["k"])
+    return {"tasks": list(norms), "within": grid.meta["within"], "across": grid.meta["across"],
+            "matrix": [[round(float(v), 5) for v in row] for row in grid.values],
+            "null": overlap_null(grid, permutations=m.b["permutations"])}
+
+
+def _probe(m: _Model, d: str, scores) -> Probe:
+    t = m.suite("val")[d][m.probe_task()[d]]
+    b = m.b
+    return probe(m.model, t.clean, bpe_domains.option_accuracy(t), scores, answer_pos=t.answer_pos,
+                 tolerance=b["tolerance"], sparsity=b["sparsity"], n_groups=b["n_groups"], grouping=b["grouping"],
+                 max_checks=b["max_checks"] or None, progress=False)
+
+
+def _probe_record(p: Probe) -> dict:
+    return {"sparsity": p.total_sparsity, "checks": p.meta["checks"], "stop": p.meta["stop"],
+            "val_full": p.meta["full"], "seconds": p.meta["seconds"]}
+
+
+def _unit_fns(m: _Model, store: Units, configs: dict) -> dict:
+    """The function computing each unit of model `m` (run only when the unit is missing)."""
+
+    def probe_fn(d: str):
+        def fn():
+            t = m.suite("val")[d][m.probe_task()[d]]
+            p = _probe(m, d, input_norms(m.model, t.clean, answer_pos=t.answer_pos))
+            save_result(p, store.files(configs["probe", d]) / "probe.safetensors")
+            return {**_probe_record(p), "rows": _score_all(m.model, m.suite("test"), p.mask(m.model))}
+        return fn
+
+    def control_fn(d: str, kind: str):
+        def fn():
+            if kind == "random_search":
+                c = _probe(m, d, random_scores(m.model, seed=0))
+                extra = _probe_record(c)
+            else:
+                store.run(configs["probe", d], probe_fn(d))
+                p = load_result(store.files(configs["probe", d]) / "probe.safetensors")
+                c = random_like(p, seed=0) if kind == "random_counts" else magnitude_like(m.model, p)
+                extra = {"sparsity": c.total_sparsity}
+            return {**extra, "rows": _score_all(m.model, m.suite("test"), c.mask(m.model))}
+        return fn
+
+    def full_fn():
+        test = m.suite("test")
+        keys = {f"{d}/{n}": t.meta.get("keys") or [str(i) for i in range(len(t))] for d, ts in test.items() for n, t in ts.items()}
+        return {"rows": _score_all(m.model, test, None), "keys": keys}
+
+    fns = {("full",): full_fn}
+    for fmt in m.b["formats"]:
+        fns["overlap", fmt] = lambda fmt=fmt: _overlap_unit(m, fmt)
+    for d in _domains(m.spec):
+        fns["probe", d] = probe_fn(d)
+        for kind in CONTROLS:
+            fns["control", d, kind] = control_fn(d, kind)
+    return fns
+
+
+def _domains(spec: str) -> list[str]:
+    return list(multidomain.DOMAINS if spec.startswith("zoo:") else bpe_domains.DOMAINS)
+
+
+def _configs(spec: str, b: dict) -> dict:
+    base = {"model": spec, "n_val": b["n_val"], "n_test": b["n_test"]}
+    search = {k: b[k] for k in ("sparsity", "tolerance", "n_groups", "grouping", "max_checks")}
+    out = {}  # cheapest first: a run stopped early still has claim 1
+    for fmt in b["formats"]:
+        out["overlap", fmt] = {"model": spec, "n_val": b["n_val"], "unit": "overlap", "format": fmt, "k": b["k"],
+                               "permutations": b["permutations"]}
+    out["full",] = {**base, "unit": "full"}
+    for d in _domains(spec):
+        out["probe", d] = {**base, **search, "unit": "probe", "domain": d}
+        for kind in CONTROLS:
+            out["control", d, kind] = {**base, **search, "unit": "control", "domain": d, "kind": kind}
     return out
-
-
-def run_model(spec: str, *, progress: bool = True, settings: dict | None = None) -> dict[str, Any]:
-    """The study on one model (`zoo:NAME` uses the zoo's multi-domain tasks)."""
-    start = time.perf_counter()
-    s = {**SETTINGS["zoo" if spec.startswith("zoo:") else "real"], **(settings or {})}
-    model = load(spec)
-    val, test, probe_task = _suites(model, spec, s)
-    # scores of every task's validation rows, and their overlap
-    norms, domain_of = {}, {}
-    for d, tasks in val.items():
-        for name, t in tasks.items():
-            norms[f"{d}/{name}"] = input_norms(model, t.clean, answer_pos=t.answer_pos)
-            domain_of[f"{d}/{name}"] = d
-    if progress:
-        print(f"{spec}: scores of {len(norms)} tasks ({time.perf_counter() - start:.0f} s)", flush=True)
-    grid = overlap(model, norms, domain_of, k=s["k"])
-    full = _scores(model, test, None, s["bootstrap"])
-    subnets: dict[str, Any] = {}
-    probes: dict[str, Probe] = {}
-    for d in tqdm(list(val), desc=f"probe {spec}", disable=not progress):
-        if progress:
-            print(f"{spec}: probing {d} ({time.perf_counter() - start:.0f} s)", flush=True)
-        t = val[d][probe_task[d]]
-        p = probe(model, t.clean, bpe_domains.option_accuracy(t), norms[f"{d}/{probe_task[d]}"],
-                  answer_pos=t.answer_pos, tolerance=s["tolerance"], sparsity=s["sparsity"], n_groups=s["n_groups"],
-                  grouping=s["grouping"], max_checks=s["max_checks"], progress=False)
-        probes[d] = p
-        scored = _scores(model, test, p.mask(model), s["bootstrap"])
-        held = [v for k, v in scored["tasks"].items() if k.startswith(f"{d}/") and k != f"{d}/{probe_task[d]}"]
-        subnets[d] = {"probe_task": probe_task[d], "sparsity": round(p.total_sparsity, 4), "checks": p.meta["checks"],
-                      "stop": p.meta["stop"], "val_full": round(p.meta["full"], 4), "probe_seconds": p.meta["seconds"],
-                      "heldout_tasks": round(sum(held) / len(held), 4) if held else None, **scored}
-    controls: dict[str, Any] = {"random": {}, "magnitude": {}, "cross": {}}
-    names = list(val)
-    for d in tqdm(names, desc=f"controls {spec}", disable=not progress):
-        p = probes[d]
-        for kind, c in (("random", random_like(p, seed=0)), ("magnitude", magnitude_like(model, p))):
-            only = [d] if s.get("controls") == "own" else None
-            controls[kind][d] = {"sparsity": round(c.total_sparsity, 4),
-                                 **_scores(model, test, c.mask(model), s["bootstrap"], only)}
-        other = names[(names.index(d) + 1) % len(names)]  # the next domain's subnetwork, scored on d
-        controls["cross"][d] = {"mask_from": other, "sparsity": subnets[other]["sparsity"],
-                                "score": subnets[other]["scores"][d], "ci": subnets[other]["ci"][d],
-                                "own": subnets[d]["scores"][d]}
-    ov = {"k": s["k"], "within": round(grid.meta["within"], 4), "across": round(grid.meta["across"], 4),
-          "tasks": list(grid.labels[0]), "matrix": [[round(float(v), 4) for v in row] for row in grid.values]}
-    return {
-        "model": spec,
-        "domains": {d: {"tasks": list(val[d]), "probe_task": probe_task[d]} for d in val},
-        "settings": s,
-        "full": {d: {"score": full["scores"][d], "ci": full["ci"][d]} for d in val} | {"tasks": full["tasks"]},
-        "subnetworks": subnets,
-        "controls": controls,
-        "overlap": ov,
-        "seconds": round(time.perf_counter() - start, 1),
-    }
-
-
-def repro(progress: bool = True, models: Sequence[str] | None = None) -> dict[str, Any]:
-    """The study on `models` (default SmolLM2-135M and Gemma-3-270M); one object whose keys each
-    hold one entry per model: model, domains, full, subnetworks, controls, overlap, seconds."""
-    start = time.perf_counter()
-    specs = list(models) if models else list(DEFAULT_MODELS)
-    return merge([run_model(spec, progress=progress) for spec in specs], time.perf_counter() - start)
-
-
-def merge(parts: Sequence[dict[str, Any]], seconds: float | None = None) -> dict[str, Any]:
-    """Per-model results -> one object: {"model": [specs], key: {spec: value}, "seconds": ...}."""
-    if not parts:
-        raise InterpError("merge needs at least one model's result")
-    out: dict[str, Any] = {"model": [p["model"] for p in parts]}
-    for key in ("domains", "settings", "full", "subnetworks", "controls", "overlap"):
-        out[key] = {p["model"]: p[key] for p in parts}
-    out["seconds"] = {p["model"]: p["seconds"] for p in parts}
-    if seconds is not None:
-        out["seconds"]["total"] = round(seconds, 1)
-    return out
-
-
-def write_repro(result: dict[str, Any], path: str | Path) -> Path:
-    """Write the repro JSON atomically (docs/specialization_repro.json)."""
-    from interp.storage import write_text_atomic
-
-    return write_text_atomic(path, json.dumps(result, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------------------------
-# the domain x subnetwork matrix, as a Grid and as markdown
+# aggregation: means, paired bootstrap intervals, verdicts
+
+
+def _boot(x: torch.Tensor, keys: list[str], draws: int, seed: int = 0) -> list[float]:
+    """95 % interval of the mean of `x` [rows], resampling items (rows of one key go together)."""
+    ids = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    idx = torch.tensor([ids[k] for k in keys])
+    sums = torch.zeros(len(ids), dtype=torch.float64).index_add_(0, idx, x.double())
+    counts = torch.bincount(idx, minlength=len(ids)).double()
+    draw = torch.randint(len(ids), (draws, len(ids)), generator=torch.Generator().manual_seed(seed))
+    means = sums[draw].sum(1) / counts[draw].sum(1)
+    return [float(means.quantile(0.025)), float(means.quantile(0.975))]
+
+
+def _domain_rows(rows: dict[str, list[int]], d: str, keys: dict[str, list[str]]) -> tuple[torch.Tensor, list[str]]:
+    names = [n for n in rows if n.startswith(f"{d}/")]
+    return (torch.tensor([v for n in names for v in rows[n]], dtype=torch.float64),
+            [f"{n}|{k}" for n in names for k in keys[n]])
+
+
+def _model_result(spec: str, res: dict, b: dict) -> dict:
+    """One model's aggregate from whichever of its units are stored (a missing piece reads "not run")."""
+    doms = _domains(spec)
+    probe_task = ZOO_PROBE_TASK if spec.startswith("zoo:") else PROBE_TASK
+    draws = b["bootstrap"]
+    out: dict[str, Any] = {"domains": {d: {"probe_task": probe_task[d]} for d in doms}, "overlap": {},
+                           "subnetworks": {}, "controls": {}}
+    # claim 1: within - across beyond the permutation null, in every prompt format run
+    claim1 = {}
+    for fmt in b["formats"]:
+        ov = res.get(("overlap", fmt))
+        text = f"within-domain overlap exceeds across-domain ({fmt} prompts) beyond tasks dealt at random"
+        if ov is None:
+            claim1[fmt] = judge(text, None, None)
+            continue
+        out["overlap"][fmt] = ov
+        n = ov["null"]
+        claim1[fmt] = judge(text, n["observed"], n["null_mean"], "greater", control_ci=[n["null_mean"], n["null_q95"]])
+    claim2 = {d: {"word": "not run"} for d in doms}
+    claim3 = {d: judge(f"{d}: its own subnetwork beats the other domains' subnetworks on it", None, None) for d in doms}
+    full = res.get(("full",))
+    if full is not None:
+        keys = full["keys"]  # each test row's item: rows of one item are resampled together
+
+        def stat(rows: dict, d: str) -> dict:
+            x, k = _domain_rows(rows, d, keys)
+            return {"score": float(x.mean()), "ci": _boot(x, k, draws)}
+
+        out["test_rows"] = {n: len(v) for n, v in full["rows"].items()}
+        out["test_items"] = {n: len(set(k)) for n, k in keys.items()}
+        out["full"] = {d: stat(full["rows"], d) for d in doms}
+        probes = {d: res[("probe", d)] for d in doms if ("probe", d) in res}
+        for d, p in probes.items():
+            out["subnetworks"][d] = {**{k: p[k] for k in ("sparsity", "checks", "stop", "val_full", "seconds")},
+                                     "reached": abs(p["sparsity"] - b["sparsity"]) <= 0.01,
+                                     "on": {x: stat(p["rows"], x) for x in doms}}
+            ctl = {k: res[("control", d, k)] for k in CONTROLS if ("control", d, k) in res}
+            out["controls"][d] = {k: {"sparsity": c["sparsity"], "on": {x: stat(c["rows"], x) for x in doms},
+                                      **({"stop": c["stop"]} if "stop" in c else {})} for k, c in ctl.items()}
+            # claim 2: own subnetwork on its domain vs each control that can fail, paired by row
+            per = {}
+            for kind in ("random_search", "magnitude"):
+                c = ctl.get(kind)
+                if c is None:
+                    per[kind] = judge(f"{d}: probed subnetwork beats {kind}", None, None)
+                elif c["sparsity"] < b["sparsity"] - 0.01:  # the search on random scores stopped short: compare
+                    # how far each got under the same validation tolerance (the probe's accuracy is held to it too)
+                    per[kind] = judge(f"{d}: the probe prunes more than the same search on {kind} at the same tolerance",
+                                      p["sparsity"], c["sparsity"], "greater", tol=0.01)
+                    per[kind]["measure"] = "sparsity reached within the tolerance"
+                else:
+                    xa, k = _domain_rows(p["rows"], d, keys)
+                    xc, _ = _domain_rows(c["rows"], d, keys)
+                    per[kind] = judge(f"{d}: probed subnetwork beats {kind} on its domain's test rows",
+                                      float((xa - xc).mean()), 0.0, "greater", diff_ci=_boot(xa - xc, k, draws))
+                    per[kind]["measure"] = "test accuracy difference at equal sparsity"
+            claim2[d] = {**per, "word": against_all(v["word"] for v in per.values())}
+        # claim 3: own subnetwork on d vs the other domains' subnetworks on d (every probe needed)
+        if len(probes) == len(doms):
+            for d in doms:
+                own, k = _domain_rows(probes[d]["rows"], d, keys)
+                other = torch.stack([_domain_rows(probes[o]["rows"], d, keys)[0] for o in doms if o != d]).mean(0)
+                claim3[d] = judge(claim3[d]["claim_text"], float((own - other).mean()), 0.0, "greater",
+                                  diff_ci=_boot(own - other, k, draws))
+    out["claims"] = {
+        "1": {"per_format": claim1, "word": against_all(v["word"] for v in claim1.values())},
+        "2": {"per_domain": claim2, "word": combine(v["word"] for v in claim2.values())},
+        "3": {"per_domain": claim3, "word": combine(v["word"] for v in claim3.values())},
+    }
+    return out
+
+
+def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
+          overrides: dict[str, Any] | None = None, units: str | Path | None = None, *,
+          compute: bool = True) -> dict[str, Any]:
+    """`interp repro specialization`: every model of the budget (or `models`), its units computed or
+    read back, aggregated; with the run's budget and provenance. compute=False: aggregate only the
+    units already stored (the JSON of a run still under way says how many are done)."""
+    start = time.time()
+    b = resolve_budget(BUDGETS, budget, overrides)
+    specs = list(models) if models else list(b["models"])
+    store = Units("specialization", units, version=VERSION)
+    out: dict[str, Any] = {"paper": PAPER, "models": {}}
+    all_configs, seconds = [], {}
+    for spec in specs:
+        configs = _configs(spec, b)
+        fns = _unit_fns(_Model(spec, b), store, configs)
+        res = {}
+        for name in tqdm(list(configs), desc=f"specialization {spec}", disable=not progress):
+            got = store.run(configs[name], fns[name]) if compute else store.get(configs[name])
+            if got is not None:
+                res[name] = got
+                seconds[f"{spec} {' '.join(name)}"] = store.seconds(configs[name])
+        all_configs += configs.values()
+        out["models"][spec] = _model_result(spec, res, b)
+    done, total = store.count(all_configs)
+    out["budget"] = budget_record(budget, b, None, done, total)
+    out["provenance"] = provenance(budget, b, None, time.time() - start, done, total, units_run=store.ran, units_s=seconds)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the domain x subnetwork matrix as a Grid; the doc
 
 
 def matrix_grid(result: dict[str, Any], spec: str) -> Grid:
-    """Grid [subnetwork, domain]: rows full, each domain's subnetwork, and its random / magnitude
-    controls; cells are test accuracy among the options (meta has the bootstrap intervals)."""
-    doms = list(result["domains"][spec])
-    rows, labels, cis = [], [], []
-    full = result["full"][spec]
-    rows.append([full[d]["score"] for d in doms])
-    labels.append("full")
-    cis.append([full[d]["ci"] for d in doms])
-    for kind in ("subnet", "random", "magnitude"):
-        for d in doms:
-            entry = result["subnetworks"][spec][d] if kind == "subnet" else result["controls"][spec][kind][d]
-            rows.append([entry["scores"].get(x, float("nan")) for x in doms])
-            labels.append(f"{kind}:{d}")
-            cis.append([entry["ci"].get(x) for x in doms])
+    """Grid [subnetwork, domain] of test accuracy among options: the full model, each domain's probe and
+    its controls (meta: the bootstrap intervals)."""
+    r = result["models"][spec]
+    doms = list(r["domains"])
+    rows, labels, cis = [[r["full"][d]["score"] for d in doms]], ["full"], [[r["full"][d]["ci"] for d in doms]]
+    for d in doms:
+        for label, e in [(f"probe:{d}", r["subnetworks"][d])] + [(f"{k}:{d}", r["controls"][d][k]) for k in CONTROLS]:
+            rows.append([e["on"][x]["score"] for x in doms])
+            labels.append(label)
+            cis.append([e["on"][x]["ci"] for x in doms])
     return Grid(torch.tensor(rows), ("subnetwork", "domain"), {"subnetwork": labels, "domain": doms},
                 {"title": f"{spec}: test accuracy among options (rows: subnetworks, columns: domains)",
                  "metric": "option_accuracy", "ci95": cis, "model": spec})
 
 
-def markdown(result: dict[str, Any]) -> str:
-    """The tables of docs/specialization.md, every number copied from `result` as stored."""
-    out = []
-    for spec in result["model"]:
-        doms = list(result["domains"][spec])
-        sub, ctl, full = result["subnetworks"][spec], result["controls"][spec], result["full"][spec]
-        out += [f"### {spec}", "", "| subnetwork | sparsity | " + " | ".join(doms) + " |",
-                "|---|---|" + "---|" * len(doms)]
-        out.append("| full model | none | " + " | ".join(f"{full[d]['score']} [{full[d]['ci'][0]}, {full[d]['ci'][1]}]" for d in doms) + " |")
-        for d in doms:
-            e = sub[d]
-            out.append(f"| probed on {d}/{e['probe_task']} | {e['sparsity']} | "
-                       + " | ".join(f"{'**' if x == d else ''}{e['scores'][x]}{'**' if x == d else ''} [{e['ci'][x][0]}, {e['ci'][x][1]}]" for x in doms) + " |")
-        for kind in ("random", "magnitude"):
-            for d in doms:
-                e = ctl[kind][d]
-                out.append(f"| {kind}, as {d} | {e['sparsity']} | "
-                           + " | ".join(f"{e['scores'][x]} [{e['ci'][x][0]}, {e['ci'][x][1]}]" if x in e["scores"]
-                                        else "not run" for x in doms) + " |")
-        out += ["", "| domain | own subnetwork | held-out tasks of the domain | other domain's subnetwork (from) | random | magnitude | full |",
-                "|---|---|---|---|---|---|---|"]
-        for d in doms:
-            c = ctl["cross"][d]
-            out.append(f"| {d} | {c['own']} | {sub[d]['heldout_tasks']} | {c['score']} ({c['mask_from']}) | "
-                       f"{ctl['random'][d]['scores'][d]} | {ctl['magnitude'][d]['scores'][d]} | {full[d]['score']} |")
-        if all("probe_seconds" in sub[d] for d in doms):
-            out += ["", "| probed domain | validation checks | stopped because | probe seconds |", "|---|---|---|---|"]
-            out += [f"| {d} | {sub[d]['checks']} | {sub[d]['stop']} | {sub[d]['probe_seconds']} |" for d in doms]
-        ov = result["overlap"][spec]
-        out += ["", (f"Overlap of the top {ov['k']} weights (Jaccard): within a domain {ov['within']}, across "
-                     f"domains {ov['across']}."), ""]
-    return "\n".join(out)
+def write_doc(result: dict[str, Any], path: str | Path) -> Path:
+    """Fill the generated regions of docs/specialization.md from `result` (interp.studies.docs)."""
+    from interp.studies.specialization_doc import regions
+    from interp.studies.docs import write
 
-
-# ---------------------------------------------------------------------------------------------
-# demo
+    return write(path, regions(result))
 
 
 def demo_section(workdir: Path) -> list:
     """The committed repro rendered: the domain x subnetwork matrix of each model (no model runs)."""
+    import json
+
     path = Path(__file__).resolve().parents[2] / "docs" / "specialization_repro.json"
     items: list = [Heading("Domain-specialised subnetworks (parameter probing)")]
     if not path.exists():
         return items + ["docs/specialization_repro.json is not there; run `interp repro specialization --json`."]
     result = json.loads(path.read_text())
-    items.append("Subnetworks probed on one task per domain (Wanda scores, greedy group pruning within a "
-                 "tolerance), scored on held-out test rows of every domain, beside random and magnitude "
-                 "masks at the same sparsity. Numbers from docs/specialization_repro.json.")
-    return items + [matrix_grid(result, spec) for spec in result["model"]]
-
-
-BEGIN, END = "<!-- tables: interp.studies.specialization.markdown -->", "<!-- end of tables -->"
-
-
-def write_doc(result: dict[str, Any], path: str | Path) -> Path:
-    """Replace the tables between the markers in docs/specialization.md with `markdown(result)`."""
-    from interp.storage import fill_between
-
-    return fill_between(path, BEGIN, END, "\n" + markdown(result))
+    items.append("Subnetworks probed on one task per domain, scored on held-out test rows of every domain, beside "
+                 "the same search on random scores, magnitude and random masks at the same sparsity. Numbers from "
+                 "docs/specialization_repro.json.")
+    return items + [matrix_grid(result, spec) for spec in result["models"]]

@@ -35,6 +35,7 @@ from torch import Tensor
 from interp.errors import InterpError
 
 from .base import Task
+from .source import Source
 
 __all__ = ["DOMAINS", "SPLITS", "check_split", "domain_task", "option_accuracy", "option_scores", "suite", "task"]
 
@@ -103,6 +104,17 @@ _TEMPLATES: dict[str, dict[str, tuple[tuple[str, ...], int]]] = {
         "return_arg": (("def {f}({p}):\n    return {answer}",), 0),
     },
 }
+# format-matched prompts (issue 26): one "Q: ...\nA: answer" frame and one solved example for every
+# templated domain, so a domain's tasks share no more frame tokens with each other than with another
+# domain's. Grammar has no such form (its answer is the next word of a sentence) and is left out.
+_MATCHED: dict[str, dict[str, tuple[tuple[str, ...], int]]] = {
+    "arithmetic": {"add": (("Q: {a} plus {b}?\nA: {answer}",), 1), "sub": (("Q: {a} minus {b}?\nA: {answer}",), 1)},
+    "facts": {"capital": (("Q: the capital of {x}?\nA: {answer}",), 1),
+              "language": (("Q: the language of {x}?\nA: {answer}",), 1)},
+    "code": {"operator": (("Q: the operator of {f}({a}, {b})?\nA: {answer}",), 1),
+             "return_arg": (("Q: what {f}({p}) returns?\nA: {answer}",), 1)},
+}
+FORMATS = ("default", "matched")
 DOMAINS: dict[str, tuple[str, ...]] = {
     "arithmetic": ("add", "sub"), "grammar": ("sva_none", "sva_pp", "sva_rc"), "facts": ("capital", "language"),
     "code": ("operator", "return_arg"),
@@ -156,12 +168,21 @@ def _need(domain: str, name: str, split: str, have: int, n: int) -> None:
                           f"ask for at most {have}")
 
 
-def task(model: Any, domain: str, name: str, *, split: str = "val", n: int = 32, seed: int = 0) -> Task:
-    """One domain task for a real model (a loaded bridge or a Hugging Face tokenizer), `n` rows."""
+def task(model: Any, domain: str, name: str, *, split: str = "val", n: int = 32, seed: int = 0,
+         fmt: str = "default", repeat: bool = False) -> Task:
+    """One domain task for a real model (a loaded bridge or a Hugging Face tokenizer), `n` rows.
+    fmt="matched": the one Q/A frame of every domain (not grammar). repeat=True: when the split has
+    fewer items than `n`, items are asked again under other solved examples (meta["keys"] names each
+    row's item, so a bootstrap can resample items rather than rows); a zero-shot task (code) cannot
+    differ on a second asking and gives each of its items once, fewer than `n` rows."""
     from . import bpe
 
     _check_task(domain, name)
     check_split(split)
+    if fmt not in FORMATS:
+        raise InterpError(f"fmt={fmt!r} is not a prompt format; valid: {', '.join(FORMATS)}")
+    if fmt == "matched" and domain not in _MATCHED:
+        raise InterpError(f"domain {domain!r} has no format-matched prompts; those that do: {', '.join(_MATCHED)}")
     if domain == "grammar":  # agreement from the real-model SVA task, made a domain task
         # bpe.sva draws words per seed: seed 0 is val, seed 1 test (few word collisions remain:
         # SVA examples are templated sentences, not memorised items)
@@ -170,27 +191,36 @@ def task(model: Any, domain: str, name: str, *, split: str = "val", n: int = 32,
         opts = sorted(set(base.correct.tolist()) | set(base.incorrect.tolist()))
         out = domain_task(name, domain, split, rows, base.correct.tolist(), opts, base.text, _pad(model), seed, n)
         return _with_incorrect(out, base.incorrect)
-    src = bpe._Src(model, None)
-    templates, shots = _TEMPLATES[domain][name]
+    src = Source(model, None)
+    templates, shots = (_MATCHED if fmt == "matched" else _TEMPLATES)[domain][name]
     items = [(k, slots, ans, t) for k, slots, ans in _items(domain, name) for t in templates]
     pool = _split_items(items, split, f"{domain}/{name}")
-    _need(domain, name, split, len(pool), n)
+    if not repeat:
+        _need(domain, name, split, len(pool), n)
     rng = random.Random(f"{domain}/{name}/{split}/{seed}")
-    rows, correct, texts = [], [], []
-    for key, slots, ans, template in rng.sample(pool, len(pool)):
-        if len(rows) == n:
-            break
-        others = [it for it in pool if it[0] != key and it[3] == template]
-        shown = [template.format(**s, answer=a) for _, s, a, _ in (rng.sample(others, shots) if shots else [])]
-        found = _answer_token(src, template, slots, ans, shown)
-        if found is None:  # the answer merges with the prompt in this tokenizer: not a clean item
-            continue
-        rows.append(found[0])
-        correct.append(found[1])
-        texts.append("\n".join([*shown, template.format(**slots, answer=ans)]))
-    _need(domain, name, split, len(rows), n)
+    rows, correct, texts, keys = [], [], [], []
+    for rnd in range(1 + (n // max(1, len(pool)) + 1 if repeat else 0)):  # later rounds: other solved examples
+        for key, slots, ans, template in rng.sample(pool, len(pool)):
+            if len(rows) == n:
+                break
+            others = [it for it in pool if it[0] != key and it[3] == template]
+            shown = [template.format(**s, answer=a) for _, s, a, _ in (rng.sample(others, shots) if shots else [])]
+            found = _answer_token(src, template, slots, ans, shown)
+            if found is None:  # the answer merges with the prompt in this tokenizer: not a clean item
+                continue
+            rows.append(found[0])
+            correct.append(found[1])
+            texts.append("\n".join([*shown, template.format(**slots, answer=ans)]))
+            keys.append(f"{key}|{template}")
+        if not shots:
+            break  # zero-shot prompts cannot differ on a second round: each item once
+    if not (repeat and not shots):
+        _need(domain, name, split, len(rows), n)
     options = {found[1] for _, slots, ans, t in items if (found := _answer_token(src, t, slots, ans)) is not None}
-    return domain_task(name, domain, split, rows, correct, sorted(options), texts, _pad(model), seed, len(pool))
+    out = domain_task(name, domain, split, rows, correct, sorted(options), texts, _pad(model), seed, len(pool))
+    out.meta["keys"] = keys
+    out.meta["format"] = fmt
+    return out
 
 
 def _answer_token(src, template: str, slots: dict[str, str], answer: str,
@@ -222,13 +252,15 @@ def _pad(model: Any) -> int:
 
 
 def suite(model: Any, *, split: str = "val", n: int = 32, seed: int = 0,
-          domains: Sequence[str] | None = None) -> dict[str, dict[str, Task]]:
-    """{domain: {task: Task}} for every task of the chosen domains (default: all four)."""
-    chosen = list(DOMAINS) if domains is None else list(domains)
+          domains: Sequence[str] | None = None, fmt: str = "default", repeat: bool = False) -> dict[str, dict[str, Task]]:
+    """{domain: {task: Task}} for every task of the chosen domains (default: all four; with
+    fmt="matched", the three that have format-matched prompts)."""
+    chosen = (list(DOMAINS) if fmt != "matched" else list(_MATCHED)) if domains is None else list(domains)
     for d in chosen:
         if d not in DOMAINS:
             raise InterpError(f"unknown domain {d!r}; valid: {', '.join(DOMAINS)}")
-    return {d: {name: task(model, d, name, split=split, n=n, seed=seed) for name in DOMAINS[d]} for d in chosen}
+    return {d: {name: task(model, d, name, split=split, n=n, seed=seed, fmt=fmt, repeat=repeat) for name in DOMAINS[d]}
+            for d in chosen}
 
 
 # ---------------------------------------------------------------------------------------------
