@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from interp import Grid
-from interp.sweep import ConfigError, SweepError, load, load_config, run
+from interp.sweep import ConfigError, Store, SweepError, load, load_config, run
 
 CONFIG = """
 [[experiment]]
@@ -162,6 +162,13 @@ def test_editing_one_experiment_reruns_only_that_job(config, tmp_path):
     assert len(after) == 6  # the stale attr result is gone
     third = run(config, out, progress=False)  # nothing changed: nothing runs, nothing recomputed
     assert "recomputed" not in third and _mtimes(out) == after
+    # every job is one entry of the sweep's Store (the store study units use too); the stale one left
+    store = Store(out)
+    assert sorted(store.keys()) == sorted(j["key"] for j in third["jobs"])
+    assert all(store.get(j["key"])["result"] == j and store.get(j["key"])["config"] == j["config"] for j in third["jobs"])
+    (out / "results.json").unlink()  # the index is rebuilt from the store: still nothing reruns
+    fourth = run(config, out, progress=False)
+    assert _mtimes(out) == after and fourth["jobs"] == third["jobs"]
 
 
 def test_load_gives_every_result_with_its_configuration(config, tmp_path):

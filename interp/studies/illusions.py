@@ -46,17 +46,17 @@ OOD_SPLITS = (*DYCK_SPLITS[1:], "unseen_depth_deep")
 EVAL_SEED = 12345
 # seeds: model seeds (0 = zoo:dyck; others retrained with the zoo's dyck recipe, `steps` steps);
 # fit: training sequences the simplifiers are fitted on; rows: fresh sequences per split;
-# boot: bootstrap resamples. "paper" is the paper's model (2 layers, d_model 32, one head, Dyck-(20, 10))
+# boot: bootstrap resamples; profile: time one training step and count its ops (`step_profile`). "paper" is the paper's model (2 layers, d_model 32, one head, Dyck-(20, 10))
 # at the zoo's recipe with three seeds and the whole rank / k grid; the paper's own seed count and
 # sample sizes are not in our copy of it, so "paper" is the full scale of this study, not a copy of theirs.
 BUDGETS = {
-    "quick": {"seeds": [0], "steps": 12000, "fit": 200, "rows": 64, "boot": 200, "ranks": [1, 4, 32], "ks": [2, 16]},
+    "quick": {"seeds": [0], "steps": 12000, "fit": 200, "rows": 64, "boot": 200, "ranks": [1, 4, 32], "ks": [2, 16],
+              "profile": False},
     "paper": {"seeds": [0, 1, 2], "steps": 12000, "fit": 1000, "rows": 512, "boot": 1000,
-              "ranks": list(REPRO_RANKS), "ks": list(REPRO_KS)},
+              "ranks": list(REPRO_RANKS), "ks": list(REPRO_KS), "profile": True},
 }
-VERSION = 1  # bump when a unit's code changes what it computes
+VERSION = 2  # bump when a unit's code changes what it computes (2: gap intervals in the records)
 ID_FAITHFUL = 0.98  # "near 100 % same-prediction in distribution" (the paper's rank-4 proxies)
-ALPHA = 0.05
 
 
 def _dyck_eval(n: int, seed: int, deep: bool) -> dict[str, Rows]:
@@ -90,8 +90,10 @@ def records(sweep_or_grid: Sweep | Grid, method: str) -> list[dict[str, Any]]:
                 "delta_ci": [get(p, s, "delta", "ci_low"), get(p, s, "delta", "ci_high")],
                 "delta_p": p_of(p, s, "delta"),
                 "delta_gap": get(p, s, "delta_gap"),
+                "delta_gap_ci": [get(p, s, "delta_gap", "ci_low"), get(p, s, "delta_gap", "ci_high")],
                 "delta_gap_p": p_of(p, s, "delta_gap"),
                 "same_prediction_gap": get(p, s, "same_prediction_gap"),
+                "same_prediction_gap_ci": [get(p, s, "same_prediction_gap", "ci_low"), get(p, s, "same_prediction_gap", "ci_high")],
                 "same_prediction_gap_p": p_of(p, s, "same_prediction_gap"),
             })
     return out
@@ -245,6 +247,56 @@ def _check(budget: dict[str, Any], models, overrides) -> None:
         raise InterpError(f"budget {budget}: ranks, ks, fit, rows, boot and steps must be >= 1 and seeds >= 0")
 
 
+LAUNCH_US = (5.0, 10.0)  # assumed GPU cost of one torch op (kernel launch + Python), for the estimate only
+
+
+def step_profile(steps: int = 10) -> dict[str, Any]:
+    """One training step of the dyck recipe (AdamW, batch 64, cross-entropy at every closing bracket)
+    timed on this machine, and its torch ops counted with the profiler; from those, a GPU estimate
+    per seed assuming a model this small is bound by op launches (LAUNCH_US each). An estimate, not a
+    GPU measurement."""
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    from interp.model import hf_config, hf_model_class
+    from interp.tasks import PAD_ID
+    from interp.train import RECIPES, training_rows
+
+    recipe = RECIPES["dyck"]
+    x, y = training_rows(replace(recipe, data={**recipe.data, "sequences": 640}))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = hf_model_class(recipe.family)(hf_config(recipe.family, vocab_size=len(dyck.tokenizer(recipe.data["k"])),
+                                                        **recipe.sizes))
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay)
+    gen = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        idx = torch.randint(len(x), (recipe.batch,), generator=gen)
+        xb, yb = x[idx], y[idx]
+        width = int((xb != PAD_ID).sum(1).max())
+        xb, yb = xb[:, :width], yb[:, :width]
+        logits = model(input_ids=xb, attention_mask=(xb != PAD_ID).long()).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    cpu_s = (time.perf_counter() - start) / steps
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    ops = [e for e in prof.events() if e.name.startswith("aten::")]
+    leaves = sum(not any(c.name.startswith("aten::") for c in e.cpu_children) for e in ops)
+    per_seed = [leaves * us * 1e-6 * recipe.steps for us in LAUNCH_US]
+    return {"ops_per_step": leaves, "cpu_s_per_step": cpu_s, "cpu_s_per_seed": cpu_s * recipe.steps,
+            "launch_us_assumed": list(LAUNCH_US), "gpu_estimate_s_per_seed": per_seed, "steps_per_seed": recipe.steps}
+
+
 def paper_fraction(budget: dict[str, Any], n_models: int) -> float:
     """This budget's share of the paper budget: the product of its shares (each capped at 1) of
     models x evaluated sequences, fit sequences, training steps and simplifier settings."""
@@ -289,7 +341,12 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     done, total = store.count(all_configs)
     fraction = paper_fraction(b, len(entries))
     out["budget"] = budget_record(budget, b, fraction, done, total)
-    out["provenance"] = provenance(budget, b, fraction, time.time() - start, done, total, units_run=store.ran)
+    out["budgets"] = BUDGETS  # what each budget name means, for the doc
+    name = lambda c: f"train seed {c['recipe']['seed']}" if c["unit"] == "train" else f"{c['unit']} {c['model']['spec']}"  # noqa: E731
+    seconds = {name(c): store.seconds(c) for c in all_configs}
+    out["provenance"] = provenance(budget, b, fraction, time.time() - start, done, total, units_run=store.ran, units_s=seconds)
+    if b["profile"]:  # run-dependent timing, so it sits in provenance (units.RUN_FIELDS)
+        out["provenance"]["step_profile"] = step_profile()
     return out
 
 
@@ -313,54 +370,62 @@ def across(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def claims(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The paper's Dyck claims read across the models, by these rules (ALPHA = 0.05, ID_FAITHFUL = 0.98):
+    """The paper's Dyck claims read on every model, each word by `interp.studies.verdicts` (a claim must
+    hold on every model: `against_all` of the per-model words), plus the gaps the paper does not claim.
 
-    - proxy_deviates[split]: a proxy's same-prediction gap against seen_struct. "reproduced" when on
-      every model the gap is negative at p < ALPHA *and* the proxy is faithful in distribution
-      (same-prediction >= ID_FAITHFUL on seen_struct); "partly" when the gap is negative at p < ALPHA
-      on every model but the proxy is already less faithful than that in distribution (so the OOD
-      drop sits on an in-distribution gap of the same kind); else "not reproduced". Read for SVD
-      rank 4 (the paper's setting) and listed for every proxy.
-    - onehot_above_original_on_depth: one-hot minus original accuracy on unseen_depth; "reproduced"
-      when positive at p < ALPHA on every model, "opposite" when negative at p < ALPHA on every model,
-      else "not reproduced".
-    - original_generalises_to_structure: the original's accuracy on unseen_struct within 0.02 of
-      seen_struct on every model ("agrees"), else "disagrees".
+    - svd4_faithful_in_distribution: rank-4 SVD same-prediction on seen_struct against ID_FAITHFUL
+      ("near 100 %"), its bootstrap interval against the threshold.
+    - svd4_deviates_on_structure: rank-4 same-prediction on unseen_struct below seen_struct, the
+      paired gap's interval against 0.
+    - onehot_above_original_on_depth: one-hot accuracy above the original's on unseen_depth, the
+      paired difference's interval against 0.
+    - original_on_structure: the original's accuracy seen vs unseen structures (a set-up fact; no word).
+    - gaps[split][proxy]: every proxy's same-prediction gap per model, how many models drop (interval
+      below 0) and how many are faithful in distribution (>= ID_FAITHFUL); the paper claims a drop on
+      unseen structures only, so no word is given on depth.
     """
+    from interp.studies.verdicts import against_all, judge
+
     ms = list(models.values())
-    sig_neg = lambda r, key: r[f"{key}_p"] is not None and r[f"{key}_p"] < ALPHA and r[key] < 0  # noqa: E731
-    out: dict[str, Any] = {"rules": "see interp.studies.illusions.claims", "alpha": ALPHA, "id_faithful": ID_FAITHFUL}
-    orig = [{"model": m["model"], "seen_struct": m["original"]["seen_struct"], "unseen_struct": m["original"]["unseen_struct"]} for m in ms]
-    out["original_generalises_to_structure"] = {
-        "per_model": orig,
-        "verdict": "agrees" if all(o["seen_struct"] - o["unseen_struct"] <= 0.02 for o in orig) else "disagrees"}
-    proxies = sorted({_label(r) for m in ms for r in m["simplified"] if r["method"] != "onehot"},
-                     key=lambda t: (t.split()[0], int(t.split("=")[-1].split()[-1])))
-    deviates = {}
+    rec = lambda m, label, split: next(r for r in m["simplified"] if _label(r) == label and r["split"] == split)  # noqa: E731
+    out: dict[str, Any] = {"rules": "interp.studies.verdicts per model; across models the worst word (against_all)",
+                           "id_faithful": ID_FAITHFUL}
+
+    def claim(text: str, per: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"claim": text, "per_model": per, "word": against_all(p["word"] for p in per)}
+
+    out["svd4_faithful_in_distribution"] = claim(
+        "rank-4 SVD keeps near-perfect same-prediction in distribution",
+        [{"model": m["model"], **judge("rank-4 SVD same-prediction on seen_struct above the near-perfect threshold",
+                                       rec(m, "SVD rank 4", "seen_struct")["same_prediction"], ID_FAITHFUL, "greater",
+                                       effect_ci=rec(m, "SVD rank 4", "seen_struct")["same_prediction_ci"])} for m in ms])
+    out["svd4_deviates_on_structure"] = claim(
+        "rank-4 SVD deviates on unseen structures",
+        [{"model": m["model"], **judge("rank-4 SVD same-prediction on unseen_struct below seen_struct",
+                                       rec(m, "SVD rank 4", "unseen_struct")["same_prediction"],
+                                       rec(m, "SVD rank 4", "seen_struct")["same_prediction"], "less",
+                                       diff_ci=rec(m, "SVD rank 4", "unseen_struct")["same_prediction_gap_ci"])} for m in ms])
+    out["onehot_above_original_on_depth"] = claim(
+        "one-hot attention slightly outperforms the original on unseen depth",
+        [{"model": m["model"], **judge("one-hot accuracy on unseen_depth above the original's",
+                                       rec(m, "one-hot", "unseen_depth")["accuracy"], m["original"]["unseen_depth"], "greater",
+                                       diff_ci=rec(m, "one-hot", "unseen_depth")["delta_ci"])} for m in ms])
+    out["original_on_structure"] = [{"model": m["model"], "seen_struct": m["original"]["seen_struct"],
+                                     "unseen_struct": m["original"]["unseen_struct"]} for m in ms]
+    proxies = list(dict.fromkeys(_label(r) for r in ms[0]["simplified"] if r["method"] != "onehot"))
+    gaps: dict[str, Any] = {}
     for split in OOD_SPLITS:
-        rows = {}
+        gaps[split] = {}
         for label in proxies:
-            per = []
-            for m in ms:
-                rec = {r["split"]: r for r in m["simplified"] if _label(r) == label}
-                per.append({"model": m["model"], "id_same_prediction": rec["seen_struct"]["same_prediction"],
-                            "id_unfaithful": 1 - rec["seen_struct"]["same_prediction"],
-                            "same_prediction_gap": rec[split]["same_prediction_gap"],
-                            "p": rec[split]["same_prediction_gap_p"], "significant_drop": sig_neg(rec[split], "same_prediction_gap")})
-            drop = all(p["significant_drop"] for p in per)
-            faithful = all(p["id_same_prediction"] >= ID_FAITHFUL for p in per)
-            rows[label] = {"per_model": per, "models_with_drop": sum(p["significant_drop"] for p in per),
-                           "id_faithful_all": faithful,
-                           "verdict": "reproduced" if drop and faithful else "partly" if drop else "not reproduced"}
-        deviates[split] = {"svd_rank_4": rows.get("SVD rank 4"), "proxies": rows}
-    out["proxy_deviates"] = deviates
-    oh = [{"model": m["model"], **{k: m["findings"]["unseen_depth"][f"onehot_minus_original{s}"] for k, s in
-           (("minus_original", ""), ("ci", "_ci"), ("p", "_p"))}} for m in ms]
-    sig = lambda o: o["p"] is not None and o["p"] < ALPHA  # noqa: E731
-    verdict = ("reproduced" if all(sig(o) and o["minus_original"] > 0 for o in oh) else
-               "opposite" if all(sig(o) and o["minus_original"] < 0 for o in oh) else "not reproduced")
-    out["onehot_above_original_on_depth"] = {"per_model": oh, "verdict": verdict}
+            per = [{"model": m["model"], "id_same_prediction": rec(m, label, "seen_struct")["same_prediction"],
+                    "gap": rec(m, label, split)["same_prediction_gap"], "gap_ci": rec(m, label, split)["same_prediction_gap_ci"]}
+                   for m in ms]
+            gaps[split][label] = {"per_model": per, "models_with_drop": sum(p["gap_ci"][1] < 0 for p in per),
+                                  "models_faithful_id": sum(p["id_same_prediction"] >= ID_FAITHFUL for p in per)}
+    out["gaps"] = gaps
+    out["n_models"] = len(ms)
     return out
+
 
 def _demo_model(workdir: Path) -> tuple[Any, str]:
     if any(card.get("name") == "dyck" for card in interp.zoo.entries()):
@@ -399,91 +464,18 @@ def demo_section(workdir: Path) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the doc's tables, rendered from the committed JSON (tests/test_docs.py checks every number)
-
-def _p(p: float | None) -> str:
-    return "—" if p is None else f"{p:.3f}"
-
-
-def _summary(result: dict[str, Any]) -> list[str]:
-    b, prov, acr = result["budget"], result["provenance"], result["across_seeds"]
-    machine = prov["machine"]
-    out = [f"Budget `{b['name']}` ({b['paper_fraction']:.4g} of the paper budget), {b['units_done']}/{b['units_total']} units, "
-           f"{acr['n_models']} models: {', '.join(f'`{k}`' for k in result['models'])}; run {prov['date']} in {prov['wall_s']:.0f} s "
-           f"on {machine['gpu'] or machine['cpu']} ({machine['cpus']} CPUs, {machine['torch_threads']} torch threads), "
-           f"commit `{prov['commit']}`.\n",
-           "Across models, each cell: same-prediction mean [min, max] (original: accuracy).\n"]
-    splits = list(next(iter(result["models"].values()))["original"])
-    out.append("| simplifier | " + " | ".join(splits) + " |")
-    out.append("|---|" + "---|" * len(splits))
-    for label, cells in acr["cells"].items():
-        q = "accuracy" if label == "original" else "same_prediction"
-        fmt = lambda c: "—" if c is None else f"{c['mean']:.3f} [{c['min']:.3f}, {c['max']:.3f}]"  # noqa: E731
-        out.append(f"| {label} | " + " | ".join(fmt(cells.get(s, {}).get(q)) for s in splits) + " |")
-    out.append("")
-    return out
-
-
-def _claims_table(result: dict[str, Any]) -> list[str]:
-    c = result["claims"]
-    out = ["Claims across models (rules in `illusions.claims`): per model, in-distribution same-prediction "
-           "(1 − it is the proxy's in-distribution unfaithfulness), then its same-prediction gap on the split (p).\n",
-           "| claim | split | per model: ID same-prediction → gap (p) | models with a drop at p < 0.05 | verdict |",
-           "|---|---|---|---|---|"]
-    for split, d in c["proxy_deviates"].items():
-        for label, row in d["proxies"].items():
-            if label != "SVD rank 4" and row["verdict"] == "not reproduced" and row["models_with_drop"] == 0:
-                continue  # the table lists rank 4 always, other proxies where any model drops
-            per = "; ".join(f"{p['id_same_prediction']:.3f} → {p['same_prediction_gap']:.3f} ({_p(p['p'])})" for p in row["per_model"])
-            out.append(f"| {label} deviates OOD | {split} | {per} | {row['models_with_drop']} of {len(row['per_model'])} | {row['verdict']} |")
-    oh = c["onehot_above_original_on_depth"]
-    per = "; ".join(f"{o['minus_original']:.3f} [{o['ci'][0]:.3f}, {o['ci'][1]:.3f}] ({_p(o['p'])})" for o in oh["per_model"])
-    out.append(f"| one-hot − original accuracy > 0 | unseen_depth | {per} | — | {oh['verdict']} |")
-    og = c["original_generalises_to_structure"]
-    per = "; ".join(f"{o['seen_struct']:.3f} → {o['unseen_struct']:.3f}" for o in og["per_model"])
-    out.append(f"| original: accuracy seen → unseen structures | unseen_struct | {per} | — | {og['verdict']} |")
-    out.append("")
-    return out
-
-
-def _per_model(spec: str, m: dict[str, Any]) -> list[str]:
-    splits = list(m["original"])
-    out = [f"#### `{spec}`: {m['fit']['sequences']} fit sequences, {m['eval']['sequences_per_split']} per split\n",
-           "Each cell: accuracy / same-prediction / JS (bits).\n",
-           "| simplifier | " + " | ".join(splits) + " |", "|---|" + "---|" * len(splits),
-           "| original | " + " | ".join(f"{m['original'][s]:.3f} / — / —" for s in splits) + " |"]
-    rows: dict[str, dict[str, str]] = {}
-    for r in m["simplified"]:
-        rows.setdefault(_label(r), {})[r["split"]] = f"{r['accuracy']:.3f} / {r['same_prediction']:.3f} / {r['js']:.3f}"
-    out += [f"| {label} | " + " | ".join(cells.get(s, "—") for s in splits) + " |" for label, cells in rows.items()]
-    out += ["", "Paired gaps against seen_struct (two-sided bootstrap p over sequences):\n",
-            "| split | SVD rank 4: same-prediction gap (p) | SVD rank 4: accuracy gap (p) | one-hot − original accuracy [95 % CI] (p) | k-means ks with an accuracy gap at p < 0.05 |",
-            "|---|---|---|---|---|"]
-    for s, f in m["findings"].items():
-        lo, hi = f["onehot_minus_original_ci"]
-        ks = ", ".join(str(k) for k in f["kmeans_significant_gap_ks"]) or "none"
-        out.append(f"| {s} | {f['svd4_same_prediction_gap']:.3f} ({_p(f['svd4_same_prediction_gap_p'])}) | "
-                   f"{f['svd4_delta_gap']:.3f} ({_p(f['svd4_delta_gap_p'])}) | "
-                   f"{f['onehot_minus_original']:.3f} [{lo:.3f}, {hi:.3f}] ({_p(f['onehot_minus_original_p'])}) | {ks} |")
-    out.append("")
-    return out
+# the doc's generated regions (interp.studies.illusions_doc; tests/test_docs.py checks every number)
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """The doc's tables for one `repro` result: the run, the across-model summary, the claims with
-    their verdicts, then per model accuracy / same-prediction / JS and the paired gaps."""
-    out = _summary(result) + _claims_table(result)
-    for spec, m in result["models"].items():
-        out += _per_model(spec, m)
-    return "\n".join(out)
+    """The doc's generated regions for one `repro` result, one after another."""
+    from interp.studies.illusions_doc import regions
+
+    return "\n\n".join(regions(result).values())
 
 
 def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Replace the text between `<!-- tables:begin -->` and `<!-- tables:end -->` in the doc
-    with `markdown` of the JSON `data` (written atomically)."""
-    import json
+    """Fill the doc's `<!-- gen:NAME -->` regions from the JSON file `data` (atomically)."""
+    from interp.studies.illusions_doc import write_doc as write
 
-    from interp.storage import fill_between
-
-    body = markdown(json.loads(Path(data).read_text()))
-    return fill_between(doc, "<!-- tables:begin -->", "<!-- tables:end -->", body)
+    return write(doc, data)

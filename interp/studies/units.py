@@ -35,7 +35,7 @@ from interp.sweep import Store
 __all__ = ["RUN_FIELDS", "Units", "budget", "budget_record", "comparable", "provenance"]
 
 # provenance fields that differ between two runs of the same budget (timing, what this run computed)
-RUN_FIELDS = ("date", "wall_s", "units_run")
+RUN_FIELDS = ("date", "wall_s", "units_run", "units_s", "step_profile")
 
 
 def _cache_dir() -> Path:
@@ -81,6 +81,11 @@ class Units:
         """The stored result of `config`, or None."""
         entry = self.store.get(self.key(config))
         return None if entry is None else entry["result"]
+
+    def seconds(self, config: dict[str, Any]) -> float | None:
+        """How long the stored unit of `config` took when it was computed (None if not stored)."""
+        entry = self.store.get(self.key(config))
+        return None if entry is None else entry.get("seconds")
 
     def run(self, config: dict[str, Any], fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         """The stored result of `config` if there is one; else run `fn()`, store its result, return it.
@@ -192,10 +197,12 @@ def _version(module: str) -> str | None:
 
 
 def provenance(budget_name: str, resolved_budget: dict[str, Any], paper_fraction: float | None, wall_s: float,
-               units_done: int, units_total: int, *, units_run: int | None = None) -> dict[str, Any]:
+               units_done: int, units_total: int, *, units_run: int | None = None,
+               units_s: dict[str, float] | None = None) -> dict[str, Any]:
     """Where and how one run was made: commit (None outside a git checkout; "+dirty" when interp's
     tracked files differ from it), date, machine, library versions, wall time, the budget with its
-    fraction of the paper's, and units done / total (`units_run`: how many this run computed)."""
+    fraction of the paper's, and units done / total (`units_run`: how many this run computed;
+    `units_s`: each unit's compute time as stored when it ran)."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -211,6 +218,8 @@ def provenance(budget_name: str, resolved_budget: dict[str, Any], paper_fraction
     }
     if units_run is not None:
         out["units_run"] = units_run
+    if units_s is not None:
+        out["units_s"] = units_s
     return out
 
 

@@ -1,0 +1,175 @@
+"""docs/illusions.md's generated regions, rendered from one `interp repro illusions` JSON.
+
+Every number goes through `interp.studies.docs.Render`, so each names its JSON key and
+tests/test_docs.py checks it (and fails when the JSON changes and the doc does not). Labels that
+hold digits (`SVD rank 4`, `dyck seed 1`) are code spans, so they are not read as numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from interp.studies.docs import Render, pointer, write
+
+__all__ = ["regions", "write_doc"]
+
+
+def _label(r: dict[str, Any]) -> str:
+    return {"svd": "SVD rank {rank}", "kmeans": "k-means k={k}", "onehot": "one-hot"}[r["method"]].format(rank=r["rank"], k=r["k"])
+
+
+def _p(r: Render, ptr: str, data: dict) -> str:
+    from interp.studies.docs import get
+
+    return "—" if get(data, ptr) is None else r.num(ptr)
+
+
+def _run(r: Render, d: dict) -> str:
+    prov, b = "/provenance", "/budget"
+    models = ", ".join(f"`{k}`" for k in d["models"])
+    lines = [f"Budget `{d['budget']['name']}`: {r.num(b + '/paper_fraction')} of the paper budget, "
+             f"{r.int(b + '/units_done')} of {r.int(b + '/units_total')} units; models {models}. "
+             f"Run `{d['provenance']['date']}` in {r.num(prov + '/wall_s')} s ({r.int(prov + '/units_run')} units computed "
+             f"by this run, the rest read back), on `{d['provenance']['machine']['cpu']}` with "
+             f"{r.int(prov + '/machine/cpus')} CPUs and {r.int(prov + '/machine/torch_threads')} torch threads, "
+             f"commit `{d['provenance']['commit']}`."]
+    trained = [k for k, m in d["models"].items() if m["training"] and "retrained" in m["training"]["source"]]
+    if trained:
+        lines.append("Training the retrained seeds (as stored in their cards): " + "; ".join(
+            f"`{k}` {r.num(pointer('models', k, 'training', 'train_s'))} s" for k in trained) + ".")
+    units = [k for k in d["provenance"].get("units_s", {}) if not k.startswith("train")]
+    if units:
+        lines.append("Each simplifier unit's compute: " + "; ".join(
+            f"`{k}` {r.num(pointer('provenance', 'units_s', k))} s" for k in units) + ".")
+    return r.region("\n\n".join(lines))
+
+
+def _budgets(r: Render, d: dict) -> str:
+    cols = [("seeds", "seeds"), ("steps", "training steps"), ("fit", "fit sequences"), ("rows", "sequences per split"),
+            ("boot", "bootstrap resamples"), ("ranks", "SVD ranks"), ("ks", "k-means ks")]
+    out = ["| budget | " + " | ".join(c for _, c in cols) + " | step profile |", "|---|" + "---|" * (len(cols) + 1)]
+    for name, values in d["budgets"].items():
+        cells = []
+        for key, _ in cols:
+            v = values[key]
+            cells.append(", ".join(r.int(pointer("budgets", name, key, i)) for i in range(len(v))) if isinstance(v, list)
+                         else r.int(pointer("budgets", name, key)))
+        out.append(f"| `{name}` | " + " | ".join(cells) + f" | {'yes' if values.get('profile') else 'no'} |")
+    return r.region("\n".join(out))
+
+
+def _timing(r: Render, d: dict) -> str:
+    t = d["provenance"].get("step_profile")
+    if t is None:
+        return r.region("This run did not profile a training step (budget key `profile`).")
+    p = "/provenance/step_profile"
+    return r.region(
+        f"One training step of the recipe took {r.num(p + '/cpu_s_per_step')} s on this machine while the run was "
+        f"going ({r.num(p + '/cpu_s_per_seed')} s for the {r.int(p + '/steps_per_seed')} steps of a seed at that rate) and "
+        f"issues {r.int(p + '/ops_per_step')} torch operations (torch profiler). *GPU: an estimate, not a measurement "
+        f"(no GPU was lent to this session).* A model this small is bound by launching those operations; at "
+        f"{r.num(p + '/launch_us_assumed/0')}–{r.num(p + '/launch_us_assumed/1')} µs each, a seed trains in "
+        f"{r.num(p + '/gpu_estimate_s_per_seed/0')}–{r.num(p + '/gpu_estimate_s_per_seed/1')} s, and the evaluation "
+        "units are launch-bound in the same way.")
+
+
+def _summary(r: Render, d: dict) -> str:
+    cells = d["across_seeds"]["cells"]
+    splits = list(next(iter(d["models"].values()))["original"])
+    out = [f"Across the {r.int('/across_seeds/n_models')} models, each cell: same-prediction mean [min, max] "
+           "(original: accuracy).", "", "| simplifier | " + " | ".join(splits) + " |", "|---|" + "---|" * len(splits)]
+    for label, by_split in cells.items():
+        q = "accuracy" if label == "original" else "same_prediction"
+        row = []
+        for s in splits:
+            if by_split.get(s, {}).get(q) is None:
+                row.append("—")
+                continue
+            base = pointer("across_seeds", "cells", label, s, q)
+            row.append(f"{r.num(base + '/mean')} [{r.num(base + '/min')}, {r.num(base + '/max')}]")
+        out.append(f"| `{label}` | " + " | ".join(row) + " |")
+    return r.region("\n".join(out))
+
+
+def _claims(r: Render, d: dict) -> str:
+    c = d["claims"]
+    out = ["| the paper's claim | per model | verdict |", "|---|---|---|"]
+    rows = [("svd4_faithful_in_distribution", "same-prediction on seen_struct [CI] against the threshold {t}",
+             lambda base: f"{r.num(base + '/effect')} [{r.num(base + '/effect_ci/0')}, {r.num(base + '/effect_ci/1')}]"),
+            ("svd4_deviates_on_structure", "same-prediction unseen_struct vs seen_struct, gap [CI]",
+             lambda base: f"{r.num(base + '/effect')} vs {r.num(base + '/control')}, "
+                          f"[{r.num(base + '/diff_ci/0')}, {r.num(base + '/diff_ci/1')}]"),
+            ("onehot_above_original_on_depth", "accuracy one-hot vs original on unseen_depth, difference [CI]",
+             lambda base: f"{r.num(base + '/effect')} vs {r.num(base + '/control')}, "
+                          f"[{r.num(base + '/diff_ci/0')}, {r.num(base + '/diff_ci/1')}]")]
+    for key, what, cell in rows:
+        what = what.format(t=r.num("/claims/id_faithful")) if "{t}" in what else what
+        per = "; ".join(f"`{p['model']}`: {cell(pointer('claims', key, 'per_model', i))}" for i, p in enumerate(c[key]["per_model"]))
+        out.append(f"| {c[key]['claim']} ({what}) | {per} | {r.text(pointer('claims', key, 'word'))} |")
+    per = "; ".join(f"`{o['model']}`: {r.num(pointer('claims', 'original_on_structure', i, 'seen_struct'))} → "
+                    f"{r.num(pointer('claims', 'original_on_structure', i, 'unseen_struct'))}"
+                    for i, o in enumerate(c["original_on_structure"]))
+    out.append(f"| the original generalises almost perfectly to unseen structures (accuracy seen → unseen) | {per} | "
+               "set-up, no verdict |")
+    return r.region("\n".join(out))
+
+
+def _gaps(r: Render, d: dict) -> str:
+    c = d["claims"]
+    out = ["Same-prediction gap against seen_struct for every data-fitted proxy, per model: in-distribution "
+           "same-prediction → gap [CI]. A drop: the gap's interval lies below zero. Faithful in distribution: "
+           f"same-prediction at least {r.num('/claims/id_faithful')}. The paper claims the drop on unseen "
+           "structures only, so the depth rows carry no verdict.", "",
+           "| split | proxy | per model | models with a drop | models faithful in distribution |", "|---|---|---|---|---|"]
+    for split, proxies in c["gaps"].items():
+        for label, row in proxies.items():
+            base = pointer("claims", "gaps", split, label)
+            per = "; ".join(f"`{row['per_model'][i]['model']}` {r.num(f'{base}/per_model/{i}/id_same_prediction')} → {r.num(f'{base}/per_model/{i}/gap')} "
+                            f"[{r.num(f'{base}/per_model/{i}/gap_ci/0')}, {r.num(f'{base}/per_model/{i}/gap_ci/1')}]"
+                            for i in range(len(row["per_model"])))
+            out.append(f"| {split} | `{label}` | {per} | {r.int(base + '/models_with_drop')} | "
+                       f"{r.int(base + '/models_faithful_id')} |")
+    return r.region("\n".join(out))
+
+
+def _model(r: Render, spec: str, m: dict) -> list[str]:
+    splits, base = list(m["original"]), pointer("models", spec)
+    out = [f"#### `{spec}`: {r.int(base + '/fit/sequences')} fit sequences, {r.int(base + '/eval/sequences_per_split')} per split",
+           "", "Each cell: accuracy / same-prediction / JS (bits).", "",
+           "| simplifier | " + " | ".join(splits) + " |", "|---|" + "---|" * len(splits),
+           "| original | " + " | ".join(f"{r.num(f'{base}/original/{s}')} / — / —" for s in splits) + " |"]
+    rows: dict[str, dict[str, str]] = {}
+    for i, rec in enumerate(m["simplified"]):
+        p = f"{base}/simplified/{i}"
+        # a JS below float noise is shown as a bound, not a number (1 % of 1e-9 is below what a check can see)
+        js = "`<1e-6`" if abs(rec["js"]) < 1e-6 else r.num(p + "/js")
+        rows.setdefault(_label(rec), {})[rec["split"]] = f"{r.num(p + '/accuracy')} / {r.num(p + '/same_prediction')} / {js}"
+    out += [f"| `{label}` | " + " | ".join(cells.get(s, "—") for s in splits) + " |" for label, cells in rows.items()]
+    out += ["", "Paired gaps against seen_struct (two-sided bootstrap p over sequences):", "",
+            "| split | `SVD rank 4`: same-prediction gap (p) | `SVD rank 4`: accuracy gap (p) | one-hot − original accuracy [CI] (p) |",
+            "|---|---|---|---|"]
+    for s in m["findings"]:
+        f = f"{base}/findings/{s}"
+        out.append(f"| {s} | {r.num(f + '/svd4_same_prediction_gap')} ({_p(r, f + '/svd4_same_prediction_gap_p', r.data)}) | "
+                   f"{r.num(f + '/svd4_delta_gap')} ({_p(r, f + '/svd4_delta_gap_p', r.data)}) | "
+                   f"{r.num(f + '/onehot_minus_original')} [{r.num(f + '/onehot_minus_original_ci/0')}, "
+                   f"{r.num(f + '/onehot_minus_original_ci/1')}] ({_p(r, f + '/onehot_minus_original_p', r.data)}) |")
+    return out + [""]
+
+
+def regions(result: dict[str, Any]) -> dict[str, str]:
+    """The doc's generated regions (name -> body with its keys comment) for one `repro` result."""
+    r = Render(result)
+    out = {"budgets": _budgets(r, result), "run": _run(r, result), "timing": _timing(r, result), "summary": _summary(r, result), "claims": _claims(r, result), "gaps": _gaps(r, result)}
+    lines: list[str] = []
+    for spec, m in result["models"].items():
+        lines += _model(r, spec, m)
+    out["models"] = r.region("\n".join(lines).rstrip())
+    return out
+
+
+def write_doc(doc: str | Path, data: str | Path) -> Path:
+    """Fill the `<!-- gen:NAME -->` regions of `doc` from the JSON file `data` (each written atomically)."""
+    return write(doc, regions(json.loads(Path(data).read_text())))
