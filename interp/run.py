@@ -39,10 +39,10 @@ from interp.hooks import hooks
 from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
 from interp.metrics import Metric
 from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
-from interp.sites import layer_of, position_axis
+from interp.sites import check_tokens, layer_of, position_axis
 
 __all__ = [
-    "Variant", "cache", "evaluate", "intervened", "logits", "natively", "natively_possible", "plan_forwards",
+    "Variant", "cache", "evaluate", "forward_cost", "intervened", "logits", "natively", "natively_possible", "plan_forwards",
     "reference", "scalar", "with_grad",
 ]
 
@@ -231,11 +231,13 @@ def natively(model, hf: torch.nn.Module, interventions: Sequence[Intervention] =
 
 def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
     """Logits [batch, pos, d_vocab] of one forward on `tokens` under `interventions` (no grad)."""
+    check_tokens(tokens)
     with torch.no_grad(), intervened(model, interventions):
         return model(tokens)
 
 
 def _checked_answer_pos(tokens: Tensor, answer_pos: Tensor | None) -> Tensor | None:
+    check_tokens(tokens)  # every entry point passes here: float ids fail now, not in the embedding
     if answer_pos is None:
         return None
     batch, n_pos = tokens.shape
@@ -391,18 +393,32 @@ def _variants_per_forward(model, batch: int, pos: int, requested: int | None) ->
 # A forward's fixed cost, in row-positions through every block: what one forward of a 4-layer,
 # d_model-128 model costs beyond its arithmetic on this project's CPU (benchmarks/RESULTS.md).
 FORWARD_COST = 128
+# That model's weights per block as forward_cost counts them (the bridge's 2-D parameters: GPT-2's
+# fused and split attention 7 d^2, MLP 2 d * 4d, d = 128). The fixed cost
+# grows with the number of modules run (per block) and the arithmetic with the weights per block,
+# so a model with b weights per block has a fixed cost of FORWARD_COST * _REF_BLOCK / b
+# row-positions: about 9 on SmolLM2-135M, where a forward's fixed cost is a small part.
+_REF_BLOCK = 245_760
+
+
+def forward_cost(model) -> float:
+    """The fixed cost of one forward of `model` in row-positions through every block (see above)."""
+    per_block = sum(p.numel() for p in model.blocks[0].parameters() if p.ndim == 2)
+    return FORWARD_COST * _REF_BLOCK / max(per_block, 1)
 
 
 def plan_forwards(starts: Sequence[tuple[int, int]], batch: int, n_pos: int, n_layers: int, size: int,
-                  resumable: bool) -> list[tuple[int, int, list[int]]]:
+                  resumable: bool, cost: float | None = None) -> list[tuple[int, int, list[int]]]:
     """Group variants into forwards of at most `size`: [(first block, first position, variant indices)].
 
     `starts[i]` is variant i's (first intervened block, first intervened position). It leaves every
     block before it, and (causal attention) every position before it, as in the base run, so its
     forward may begin there; variants sharing a forward begin at the earliest among them. With
     variants in (block, position) order, the split minimises the total work, counting each
-    forward's fixed cost as `FORWARD_COST` row-positions (dynamic programming over split points).
+    forward's fixed cost as `cost` row-positions (default `FORWARD_COST`; `forward_cost(model)` for
+    a model) by dynamic programming over split points.
     """
+    cost = FORWARD_COST if cost is None else cost
     if not resumable:
         return [(0, 0, list(range(i, min(i + size, len(starts))))) for i in range(0, len(starts), size)]
     order = sorted(range(len(starts)), key=lambda i: starts[i])
@@ -413,9 +429,9 @@ def plan_forwards(starts: Sequence[tuple[int, int]], batch: int, n_pos: int, n_l
         layer, start = n_layers, n_pos
         for i in range(j - 1, max(-1, j - 1 - size), -1):  # the last forward holds order[i:j]
             layer, start = min(layer, starts[order[i]][0]), min(start, starts[order[i]][1])
-            cost = best[i] + FORWARD_COST + (j - i) * batch * (n_pos - start) * (n_layers - layer) / n_layers
-            if cost < best[j]:
-                best[j], cut[j] = cost, i
+            total = best[i] + cost + (j - i) * batch * (n_pos - start) * (n_layers - layer) / n_layers
+            if total < best[j]:
+                best[j], cut[j] = total, i
     plans, j = [], n
     while j:
         members = order[cut[j]:j]
@@ -559,7 +575,8 @@ def evaluate(
             for k in plain:
                 found[indices[k]] = _measure(metric, base_logits, "base")
             rest = [k for k in range(len(acts)) if k not in set(plain)]
-            plans = plan_forwards([starts[k] for k in rest], batch, n_pos, model.cfg.n_layers, size, resumable)
+            plans = plan_forwards([starts[k] for k in rest], batch, n_pos, model.cfg.n_layers, size, resumable,
+                                  forward_cost(model))
             for layer0, start, members in tqdm(plans, desc=desc, disable=not progress or len(plans) < 2):
                 chosen = [rest[m] for m in members]
                 n = len(chosen)

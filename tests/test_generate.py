@@ -124,6 +124,11 @@ def test_natively_records_before_and_matches_the_runner(lms):
     assert native_site("blocks.3.hook_resid_post") == (3, "output") and native_site("blocks.3.attn.hook_z") is None
 
 
+def _pad(model) -> int:  # what steering.encode pads with
+    tok = model.tokenizer
+    return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
 @pytest.mark.real
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
 def test_real_model_strength_zero_equals_hf_generate(name, real_cache):
@@ -135,7 +140,7 @@ def test_real_model_strength_zero_equals_hf_generate(name, real_cache):
                "def fibonacci(n):"]
     tokens, mask, _ = st.encode(model, prompts)
     ref = hf.generate(input_ids=tokens, attention_mask=mask, max_new_tokens=12, do_sample=False,
-                      pad_token_id=st.generate.__globals__["_pad_id"](model), eos_token_id=None)
+                      pad_token_id=_pad(model), eos_token_id=None)
     d = model.cfg.d_model
     zero = Steer(Axis(torch.ones(d) / d ** 0.5, torch.zeros(d), f"blocks.{model.cfg.n_layers // 2}.hook_resid_post"),
                  "flip", 0.0)

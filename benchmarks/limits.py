@@ -1,0 +1,126 @@
+"""Attribution patching and resid_pre x position patching on SmolLM2-135M against their limits and
+against TransformerLens, CPU, one process (the IOI task of benchmarks/real.py, batch 8).
+
+    OMP_NUM_THREADS=1 python benchmarks/limits.py [--repeats N] [--resid-every K] [--out FILE.json]
+
+Attribution. The limit is the least any implementation does: one clean forward (no grad) and one
+corrupt forward with autograd from the embeddings plus one backward of the metric, on the same
+bridge with no other hook, each forward unembedding the answer position only. interp (`patching.attribution_patch(task, site="z")`), the limit and TL's
+`attribution_patching` (per-example forwards and backwards, all nodes) alternate, best of N each.
+
+resid_pre x pos (450 cells). The limit: each cell redoes blocks L.. at positions p.. at batch 8 and
+the unembedding at one position, at the per-block-position cost of one full batch-8 forward
+(benchmarks/real.py `limit_costs`, timed in this run). TL runs one full forward per cell: timed on
+every K-th cell right after interp's sweep and scaled by the cell count; agreement over those cells.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import interp
+from interp import patching
+
+sys.path.insert(0, os.path.dirname(__file__))
+from real import MODEL, ioi_with_text, limit_costs, make_metric, make_task, sample, sequential_metric, tl_cells  # noqa: E402
+from generate import finish, header  # noqa: E402
+from timing import best_of  # noqa: E402
+
+
+def attribution_limit(model, task):
+    """One clean forward, one corrupt forward from embeddings that require grad, one backward; both
+    forwards unembed the last position only (the metric's)."""
+    io, s = task.correct, task.incorrect
+    emb = {}
+
+    def leaf(act, hook):
+        emb["x"] = act.detach().requires_grad_(True)
+        return emb["x"]
+
+    def last(act, hook):  # the unembedding at the one position the metric reads, as interp does
+        return act[:, -1:]
+
+    with torch.no_grad():
+        model.run_with_hooks(task.clean, fwd_hooks=[("unembed.hook_in", last)])
+    with torch.enable_grad():
+        logits = model.run_with_hooks(task.corrupt, fwd_hooks=[("hook_embed", leaf), ("unembed.hook_in", last)])
+        last = logits[:, -1]
+        value = (last.gather(1, io[:, None]) - last.gather(1, s[:, None])).mean()
+        torch.autograd.grad(value, emb["x"])
+
+
+def attribution(model, task, io, s, repeats: int, tl: bool) -> dict:
+    from transformer_lens.tools.analysis import attribution_patching as tl_attr
+
+    best = {"interp": float("inf"), "limit": float("inf"), "tl": float("inf")}
+    ours = theirs = None
+    for _ in range(repeats):
+        t, ours = best_of(lambda: patching.attribution_patch(model, task, site="z"), 1)
+        best["interp"] = min(best["interp"], t)
+        best["limit"] = min(best["limit"], best_of(lambda: attribution_limit(model, task), 1)[0])
+        if tl:
+            t, theirs = best_of(lambda: tl_attr.attribution_patch(model, task.clean, task.corrupt, sequential_metric(io, s)), 1)
+            best["tl"] = min(best["tl"], t)
+    out = {"interp_s": best["interp"], "limit_s": best["limit"], "interp / limit": best["interp"] / best["limit"]}
+    if tl:
+        heads = torch.zeros_like(ours.values)
+        for node, score in theirs.node_scores.items():
+            if node.kind == "attn_head_out":
+                heads[node.layer, node.head] += score
+        out.update({"tl_s": best["tl"], "tl / interp": best["tl"] / best["interp"],
+                    "max_abs_diff_vs_tl": float((heads - ours.values).abs().max())})
+    print(json.dumps({"attribution": out}), flush=True)
+    return out
+
+
+def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
+    from transformer_lens import patching as tlp
+
+    L, P = model.cfg.n_layers, task.clean.shape[1]
+    todo = [(l, p, None) for l in range(L) for p in range(P)]
+    idx = sample(todo, every)
+    _, clean_cache = model.run_with_cache(task.clean)
+    t_i = t_t = float("inf")
+    for _ in range(repeats):
+        t, g = best_of(lambda: patching.activation_patch(model, task, site="resid_pre", by_pos=True, progress=False), 1)
+        t_i = min(t_i, t)
+        t, theirs = best_of(lambda: tl_cells(model, task.corrupt, clean_cache, metric, tlp.get_act_patch_resid_pre,
+                                             (True, True, False), [todo[i] for i in idx]), 1)
+        t_t = min(t_t, t)
+    per_bp, head1, full, body = limit_costs(model, task.clean)
+    lim = sum(per_bp * (L - l) * (P - p) + head1 for l, p, _ in todo)
+    tl_full = t_t * len(todo) / len(idx)
+    out = {"cells": len(todo), "interp_s": t_i, "limit_s": lim, "interp / limit": t_i / lim, "tl_s (scaled)": tl_full,
+           "tl / interp": tl_full / t_i, "tl_cells_timed": len(idx),
+           "max_abs_diff_vs_tl": float((g.values.flatten()[idx] - theirs.flatten()).abs().max()),
+           "per_block_position_us": per_bp * 1e6, "unembed_1pos_ms": head1 * 1e3, "full_forward_ms": full * 1e3}
+    print(json.dumps({"resid_pre x pos": out}), flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--resid-repeats", type=int, default=1)
+    parser.add_argument("--resid-every", type=int, default=10)
+    parser.add_argument("--no-tl", action="store_true")
+    parser.add_argument("--only", default="attr,resid")
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    res = header()
+    model = interp.load(MODEL)
+    clean, corrupt, io, s, text = ioi_with_text(model, 8)
+    task = make_task(clean, corrupt, io, s, text)
+    if "attr" in args.only:
+        res["attribution"] = attribution(model, task, io, s, args.repeats, not args.no_tl)
+    if "resid" in args.only:
+        res["resid_pre x pos"] = resid_by_pos(model, task, make_metric(io, s), args.resid_repeats, args.resid_every)
+    finish(res, args.out)
+
+if __name__ == "__main__":
+    main()
