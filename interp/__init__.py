@@ -9,8 +9,8 @@
 Every capability intervenes through `interp.interventions` (data) and `interp.run` (the one
 runner) and returns results (`interp.Grid`, or a type with `to_grid()`) that
 `interp.results.save` / `load` store and `interp.plot.render` draws. Importing interp touches no
-network and does not import plotly or circuitsvis; `interp.plot` and `interp.report` do, when you
-import them.
+network and does not import plotly or circuitsvis; `interp.plot` and `interp.report` do, on first
+use as attributes (`interp.plot.render(g)`) or when you import them.
 """
 
 from interp import hooks, interventions, metrics, run, sites, tasks
@@ -22,7 +22,7 @@ from interp.tasks.base import Task
 
 _LAZY = (
     "patching", "lens", "circuits", "masking", "simplify", "cores", "steering", "probing", "grafting", "studies", "sweep",
-    "zoo", "train",
+    "zoo", "train", "plot", "report", "circuit_view", "gguf",
 )
 
 

@@ -10,7 +10,7 @@ layer is a band holding its attention heads side by side (query-head order) with
 to their right, a little higher (it reads after the heads). A head's query input is the port on
 its lower edge; under the heads, one strip per KV group (one per head on non-GQA models, spanning
 the group's heads on GQA models) carries that group's key and value ports, so k/v edges end on
-KV heads as the Graph stores them. Edge styles repeat the input kind: q solid, k dashed, v dotted.
+KV heads as the Graph stores them. Edge styles repeat the input role: q solid, k dashed, v dotted.
 
 Edges: blue where the score is positive, red where negative; width and opacity grow with |score|
 (relative to the largest |score| drawn). The view carries the `max_edges` edges with the largest
@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from interp import plot
+from interp import bundle as bundle_js  # the name `bundle` is html()'s flag
 from interp.circuits.graph import Graph, node
 from interp.errors import InterpError
 
@@ -100,10 +100,10 @@ class _Layout:
     def out_point(self, name: str) -> tuple[float, float]:
         """Where a sender's edges start: the top middle of its box."""
         n = node(name)
-        if n.kind == "embed":
+        if n.role == "embed":
             x, y, w = self.embed_box()
             return x + w / 2, y
-        if n.kind == "head":
+        if n.role == "head":
             x, y = self.head_box(n.layer, n.index)
             return x + _HEAD_W / 2, y
         x, y = self.mlp_box(n.layer)
@@ -112,13 +112,13 @@ class _Layout:
     def in_point(self, name: str) -> tuple[float, float]:
         """Where a receiver's edges end: its port."""
         n = node(name)
-        if n.kind == "q":
+        if n.role == "q":
             x, y = self.head_box(n.layer, n.index)
             return x + _HEAD_W / 2, y + _HEAD_H
-        if n.kind in ("k", "v"):
+        if n.role in ("k", "v"):
             x, y, w = self.group_strip(n.layer, n.index)
-            return x + w * (0.3 if n.kind == "k" else 0.7), y + 9
-        if n.kind == "mlp":
+            return x + w * (0.3 if n.role == "k" else 0.7), y + 9
+        if n.role == "mlp":
             x, y = self.mlp_box(n.layer)
             return x + _MLP_W / 2, y + _HEAD_H
         x, y, w = self.logits_box()
@@ -170,7 +170,7 @@ def _edges_svg(graph: Graph, lay: _Layout, order: list[int]) -> list[str]:
         d = f"M{x1:.1f},{y1:.1f} C{x1:.1f},{ym:.1f} {x2:.1f},{ym:.1f} {x2:.1f},{y2:.1f}"
         rel = abs(v) / amax if amax > 0 else 0.0
         color = _POS if v > 0 else _NEG if v < 0 else _ZERO
-        dash = f' stroke-dasharray="{_DASH[node(r).kind]}"' if _DASH.get(node(r).kind) else ""
+        dash = f' stroke-dasharray="{_DASH[node(r).role]}"' if _DASH.get(node(r).role) else ""
         label = html.escape(f"{s} → {r}: {_fmt(v)}")
         out.append(
             f'<g class="edge" data-rank="{rank}" data-s="{html.escape(s)}" data-r="{html.escape(r)}" data-label="{label}">'
@@ -404,7 +404,7 @@ class CircuitView:
             f'<div class="example">example prompt ({len(tokens)} tokens): {html.escape(" | ".join(tokens))}</div>')
         panel = (f'<div class="panel">{example}<div id="{uid}-caption">click a head for its attention pattern on the '
                  f'example prompt</div><div id="{uid}-pattern"></div></div>')
-        loader = f"<script>{plot._bundle_loader()}</script>" if bundle and self.needs_circuitsvis else ""
+        loader = f"<script>{bundle_js.loader()}</script>" if bundle and self.needs_circuitsvis else ""
         return (
             f'<div class="interp-circuit" id="{uid}"><style>{_CSS.format(u=uid)}</style>'
             f'<div class="title"><b>{html.escape(title)}</b></div>{controls}{_legend(g, carried)}'
@@ -421,10 +421,7 @@ class CircuitView:
 
     def _repr_html_(self) -> str:
         # like plot.Widget: the circuitsvis bundle goes with the first view this kernel displays only
-        first = not plot._CIRCUITSVIS["sent"]
-        if first and self.needs_circuitsvis:
-            plot._CIRCUITSVIS["sent"] = True
-        return self.html(bundle=first)
+        return self.html(bundle=bundle_js.first_view(self.needs_circuitsvis))
 
     def __repr__(self) -> str:
         return f"CircuitView({self.graph!r})"
@@ -440,5 +437,5 @@ def circuit_html(graph: Graph, *, title: str | None = None, max_edges: int = 100
     v = view(graph, title=title, max_edges=max_edges, shown=shown)
     head = f"<meta charset='utf-8'><title>{html.escape(v.heading())}</title>"
     if v.needs_circuitsvis:
-        head += f"<script type='text/javascript'>{plot.circuitsvis_bundle()}</script>"
+        head += f"<script type='text/javascript'>{bundle_js.text()}</script>"
     return f"<!DOCTYPE html>\n<html><head>{head}</head><body>\n{v.html(bundle=False)}\n</body></html>\n"

@@ -1,8 +1,10 @@
-"""The one context manager that adds TransformerLens hooks and always removes them, and the
-checks of hook names, layers and heads.
+"""The one context manager that adds TransformerLens hooks and always removes them, and the one
+that switches the model modes an analysis needs (`split_inputs`) and always restores them.
 
 Interventions are data (`interp.interventions`) applied by `interp.run`, which goes through
-`hooks` below; use `hooks` directly for your own hook functions in a notebook.
+`hooks` below; use `hooks` directly for your own hook functions in a notebook. Library code
+outside `interp.run` does not: tests/test_architecture.py says who may. The checks of layers and
+heads are in `interp.sites`.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import torch
 from torch import Tensor
 
 from interp.errors import InterpError
-from interp.sites import check_hook_names
+from interp.sites import check_head, check_hook_names, check_layer, kv_head_of, n_kv_heads  # noqa: F401 (moved to sites)
 
-__all__ = ["check_head", "check_hook_names", "check_layer", "hook_groups", "hook_names", "hooks", "kv_head_of", "n_kv_heads"]
+# The shape checks live in interp.sites; importing them from here still works for callers not yet
+# moved, but only hook work belongs here (tests/test_architecture.py enforces who may import it).
+__all__ = ["hook_groups", "hook_names", "hooks", "split_inputs"]
 
 HookFn = Callable[..., Tensor | None]
 HookList = Sequence[tuple[str, HookFn]]
@@ -75,30 +79,6 @@ def hook_groups(model, *, fired_only: bool = True) -> dict[str, list[str]]:
     return out
 
 
-def check_layer(model, layer: int) -> None:
-    n = model.cfg.n_layers
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
-        raise InterpError(f"layer {layer!r} is out of range: this model has layers 0..{n - 1}")
-
-
-def n_kv_heads(model) -> int:
-    return getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
-
-
-def check_head(model, layer: int, head: int, *, kv: bool = False) -> None:
-    check_layer(model, layer)
-    n = n_kv_heads(model) if kv else model.cfg.n_heads
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n:
-        kind = "kv head" if kv else "head"
-        raise InterpError(f"{kind} {head!r} is out of range in layer {layer}: valid {kind}s are 0..{n - 1}")
-
-
-def kv_head_of(model, head: int) -> int:
-    """The key/value head that query head `head` reads under grouped-query attention."""
-    check_head(model, 0, head)
-    return head // (model.cfg.n_heads // n_kv_heads(model))
-
-
 @contextmanager
 def hooks(model, fwd: HookList = (), bwd: HookList = ()) -> Iterator[object]:
     """Add forward/backward hooks for the body; they are removed on exit, even when it raises.
@@ -124,3 +104,29 @@ def _naming(name: str, fn: HookFn) -> HookFn:
             raise InterpError(f"hook {name} (activation shape {shape}): {err}") from err
 
     return hook_fn
+
+
+@contextmanager
+def split_inputs(model) -> Iterator[None]:
+    """Turn on the bridge's per-receiver input hooks (split q/k/v inputs, MLP input) for the body
+    and restore the caller's flags after, even on error: the model comes back unchanged."""
+    cfg = model.cfg
+    saved = (bool(cfg.use_split_qkv_input), bool(cfg.use_hook_mlp_in), bool(getattr(cfg, "use_attn_in", False)))
+    try:
+        if saved[2]:
+            model.set_use_attn_in(False)  # exclusive with split q/k/v inputs
+        try:
+            model.set_use_split_qkv_input(True)
+        except NotImplementedError:  # TL has no per-head inputs for this attention (BERT's)
+            arch = getattr(cfg, "architecture", None) or type(model).__name__
+            raise InterpError(
+                f"circuits were asked of a {arch} model, which has no per-head inputs (and post-LN has no per-edge "
+                "sum); use a decoder: GPT-2, LLaMA, Qwen2 or Gemma."
+            ) from None
+        model.set_use_hook_mlp_in(True)
+        yield
+    finally:
+        model.set_use_split_qkv_input(saved[0])
+        model.set_use_hook_mlp_in(saved[1])
+        if saved[2]:
+            model.set_use_attn_in(True)

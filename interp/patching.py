@@ -36,7 +36,7 @@ from interp.hooks import check_head, n_kv_heads
 from interp.interventions import Patch
 from interp.metrics import Metric, for_task
 from interp.results import Grid
-from interp.sites import position_axis, spec_of
+from interp.sites import check_tokens, position_axis, spec_of
 from interp.tasks.base import Task
 
 __all__ = ["NORMALIZED", "SITES", "Cell", "activation_patch", "attribution_patch", "cells", "path_patch"]
@@ -80,6 +80,8 @@ def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict
         raise InterpError(f"metric must be a function of the logits, got {type(metric).__name__}")
     if not (isinstance(clean, Tensor) and isinstance(corrupt, Tensor)):
         raise InterpError("clean and corrupt must be [batch, pos] token tensors, or clean a Task")
+    check_tokens(clean, "clean")
+    check_tokens(corrupt, "corrupt")
     if clean.shape != corrupt.shape or clean.ndim != 2:
         raise InterpError(
             f"clean tokens {tuple(clean.shape)} and corrupt tokens {tuple(corrupt.shape)} must both be "

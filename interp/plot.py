@@ -22,8 +22,8 @@ views reuse the `CircuitsVis` global that it defines in the page.
 from __future__ import annotations
 
 import html
+import importlib
 import json
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +32,11 @@ from typing import Any, Sequence
 import torch
 
 from interp.errors import InterpError
-from interp.results import CHARTS, Grid
+from interp import bundle as bundle_js  # `bundle` is Widget.html's flag
+from interp.results import CHARTS, Grid, tag_of
 from interp.tensors import AXES
 
-__all__ = ["CATEGORICAL", "ORDERED", "Widget", "as_circuit", "attention", "circuitsvis_bundle", "circuitsvis_init", "png", "render", "show"]
+__all__ = ["CATEGORICAL", "ORDERED", "VIEWS", "Widget", "attention", "circuitsvis_bundle", "circuitsvis_init", "png", "render", "show", "view_of"]
 
 # axes whose entries have an order worth a line (x axis of an automatic line chart)
 ORDERED = ("layer", "pos", "step", "rank", "k", "strength")
@@ -71,12 +72,12 @@ def _color(values: torch.Tensor) -> dict[str, Any]:
 
 def render(result: Any):
     """A plotly Figure for any interp result (a Grid, anything with `to_grid()`, a DataFrame);
-    for a circuits `Graph`, its interactive `CircuitView` (see `as_circuit`)."""
+    for a circuits `Graph`, its interactive `CircuitView` (see `view_of`)."""
     import pandas as pd
 
-    circuit = as_circuit(result)
-    if circuit is not None:
-        return circuit
+    view = view_of(result)
+    if view is not None:
+        return view
     if isinstance(result, pd.DataFrame):
         return _table(result)
     if hasattr(result, "to_grid"):
@@ -87,17 +88,23 @@ def render(result: Any):
     raise TypeError(f"no renderer for {type(result).__name__}; expected an interp result (a Grid or one with to_grid())")
 
 
-def as_circuit(obj: Any):
-    """The interactive circuit view (`interp.circuit_view.CircuitView`) of a circuits `Graph`, a
-    `CircuitView` as it is, None for anything else. Nothing is imported for other objects: if
-    `interp.circuits.graph` was never imported, `obj` cannot be a Graph."""
-    graph = sys.modules.get("interp.circuits.graph")
-    if graph is None or not isinstance(obj, graph.Graph):
-        views = sys.modules.get("interp.circuit_view")
-        return obj if views is not None and isinstance(obj, views.CircuitView) else None
-    from interp.circuit_view import view
+# Result types drawn as an HTML view instead of a plotly figure: result tag -> "module:function".
+# plot imports a view's module only when it meets that type, and views do not import plot (the
+# circuitsvis bundle they share is interp.bundle), so plot and its views form no import cycle.
+VIEWS: dict[str, str] = {"Graph": "interp.circuit_view:view"}
 
-    return view(obj)
+
+def view_of(obj: Any):
+    """The HTML view of `obj`: a view (anything with `html(bundle=...)` and `needs_circuitsvis`, such
+    as `interp.circuit_view.CircuitView`) as it is, the registered view of a result type in
+    `VIEWS` (a circuits `Graph`), None for anything else."""
+    if callable(getattr(obj, "html", None)) and hasattr(obj, "needs_circuitsvis"):
+        return obj
+    target = VIEWS.get(tag_of(obj))
+    if target is None:
+        return None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)(obj)
 
 
 def _table(frame) -> Any:
@@ -321,9 +328,9 @@ class Widget:
         div = f"circuits-vis-{uuid.uuid4().hex[:12]}"
         call = f"CircuitsVis.render({json.dumps(div)}, CircuitsVis.{self.element}, {self.props_json()});"
         if bundle:
-            script = f"{_bundle_loader()}\n{_waiting(div, call)}"
+            script = f"{bundle_js.loader()}\n{bundle_js.waiting(div, call)}"
         else:
-            script = _waiting(div, call)
+            script = bundle_js.waiting(div, call)
         return f'<div id="{div}" style="margin: 15px 0;"></div>\n<script>{script}</script>'
 
     def __repr__(self) -> str:
@@ -334,34 +341,7 @@ class Widget:
 
     def _repr_html_(self) -> str:
         # the bundle goes with the first view this kernel displays only (see circuitsvis_init)
-        first = not _CIRCUITSVIS["sent"]
-        _CIRCUITSVIS["sent"] = True
-        return self.html(bundle=first)
-
-
-_CIRCUITSVIS = {"sent": False}
-
-
-def _waiting(div: str, call: str) -> str:
-    """JS that runs `call` once `CircuitsVis` is defined (the bundle may still be loading, or come
-    from another output); after 10 s without it, a line in the view's place says what to run."""
-    return (f"(function draw(n) {{ if (window.CircuitsVis) {{ {call} }} else if (n > 0) "
-            f"{{ setTimeout(function () {{ draw(n - 1); }}, 200); }} else {{ document.getElementById("
-            f"{json.dumps(div)}).textContent = 'circuitsvis is not loaded: run interp.plot.circuitsvis_init()'; }} }})(50);")
-
-
-def _bundle_loader() -> str:
-    """JS that defines the global `CircuitsVis` from the bundle stored gzipped and base64-encoded
-    (about a third of its 1.3 MB: this is what a notebook stores), unpacked by the browser's
-    DecompressionStream and run as a classic script (so its top-level names are globals)."""
-    import base64
-    import gzip
-
-    packed = base64.b64encode(gzip.compress(circuitsvis_bundle().encode("utf-8"), 9, mtime=0)).decode("ascii")
-    return ("(function () { if (window.CircuitsVis) return; "
-            f"var bytes = Uint8Array.from(atob('{packed}'), function (c) {{ return c.charCodeAt(0); }}); "
-            "new Response(new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'))).text()"
-            ".then(function (code) { var s = document.createElement('script'); s.text = code; document.head.appendChild(s); }); })();")
+        return self.html(bundle=bundle_js.first_view())
 
 
 def circuitsvis_init():
@@ -369,16 +349,13 @@ def circuitsvis_init():
     make it a cell's last expression); circuitsvis views displayed after it carry no bundle."""
     from IPython.display import HTML
 
-    _CIRCUITSVIS["sent"] = True
-    return HTML(f"<script>{_bundle_loader()}</script>")
+    bundle_js.SENT["sent"] = True
+    return HTML(f"<script>{bundle_js.loader()}</script>")
 
 
 def circuitsvis_bundle() -> str:
     """circuitsvis's self-contained browser bundle (defines the global `CircuitsVis`)."""
-    import circuitsvis
-
-    path = Path(circuitsvis.__file__).parent / "dist" / "cdn" / "iife.js"
-    return path.read_text(encoding="utf-8").replace("</script>", "<\\/script>")
+    return bundle_js.text()
 
 
 def attention(
@@ -420,9 +397,9 @@ def _figure(obj: Any):
 
     if isinstance(obj, go.Figure):
         return obj
-    circuit = as_circuit(obj)
-    if circuit is not None:  # the circuit itself is interactive HTML: its static image is the top-edges chart
-        return _grid(circuit.graph.to_grid())
+    view = view_of(obj)
+    if view is not None:  # a view is interactive HTML: its static image is its result's chart
+        return _grid((obj if hasattr(obj, "to_grid") else view.graph).to_grid())
     return render(obj)
 
 
@@ -511,3 +488,6 @@ def show(obj: Any, *, interactive: bool = True, width: int | None = None, height
         _display(shown)
         return None
     return shown
+
+
+_CIRCUITSVIS = bundle_js.SENT  # the one flag, under the name notebooks' tests reset

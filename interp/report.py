@@ -55,9 +55,9 @@ def _item_html(item: Any) -> tuple[str, str | None]:
         return item.html(bundle=False), "circuitsvis"
     if isinstance(item, go.Figure):
         return _figure_html(item), "plotly"
-    circuit = plot.as_circuit(item)
-    if circuit is not None:
-        return circuit.html(bundle=False), "circuitsvis" if circuit.needs_circuitsvis else None
+    view = plot.view_of(item)
+    if view is not None:
+        return view.html(bundle=False), "circuitsvis" if view.needs_circuitsvis else None
     if not hasattr(item, "to_grid") and hasattr(item, "to_dataframe"):  # a table-only result
         return _table_html(item.to_dataframe()), None
     return _figure_html(plot.render(item)), "plotly"

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from interp.errors import InterpError
-from interp.storage import atomic_dir, atomic_path, load, result, save, write_tensors_atomic, write_text_atomic
+from interp.storage import atomic_dir, atomic_path, load, result, save, tag_of, write_tensors_atomic, write_text_atomic
 from interp.tensors import AXES
 
 __all__ = [
-    "CHARTS", "Grid", "Heading", "atomic_dir", "atomic_path", "load", "result", "save", "stack", "write_tensors_atomic",
+    "CHARTS", "Grid", "Heading", "atomic_dir", "atomic_path", "load", "result", "save", "stack", "tag_of", "write_tensors_atomic",
     "write_text_atomic",
 ]
 

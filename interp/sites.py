@@ -20,7 +20,10 @@ from typing import Literal, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["SITES", "SiteSpec", "check_hook_names", "hook_name", "kind_of", "layer_of", "position_axis", "spec_of"]
+__all__ = [
+    "SITES", "SiteSpec", "check_head", "check_hook_names", "check_layer", "check_tokens", "hook_name", "kind_of",
+    "kv_head_of", "layer_of", "n_kv_heads", "position_axis", "spec_of",
+]
 
 Kind = Literal["resid", "head", "pattern", "other"]
 
@@ -103,3 +106,40 @@ def check_hook_names(model, names: Sequence[str]) -> None:
                 f"unknown hook name {name!r}; nearest valid names: {near or 'none'} "
                 f"(see interp.hooks.hook_names(model) for all {len(valid)})"
             )
+
+
+def check_layer(model, layer: int) -> None:
+    n = model.cfg.n_layers
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
+        raise InterpError(f"layer {layer!r} is out of range: this model has layers 0..{n - 1}")
+
+
+def n_kv_heads(model) -> int:
+    return getattr(model.cfg, "n_key_value_heads", None) or model.cfg.n_heads
+
+
+def check_head(model, layer: int, head: int, *, kv: bool = False) -> None:
+    check_layer(model, layer)
+    n = n_kv_heads(model) if kv else model.cfg.n_heads
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n:
+        what = "kv head" if kv else "head"
+        raise InterpError(f"{what} {head!r} is out of range in layer {layer}: valid {what}s are 0..{n - 1}")
+
+
+def kv_head_of(model, head: int) -> int:
+    """The key/value head that query head `head` reads under grouped-query attention."""
+    check_head(model, 0, head)
+    return head // (model.cfg.n_heads // n_kv_heads(model))
+
+
+def check_tokens(tokens, what: str = "tokens") -> None:
+    """InterpError unless `tokens` is an integer tensor of token ids ([batch, pos] or [pos]).
+
+    Called at the entry points (interp.run, patching), so float ids fail here, naming the fix,
+    instead of deep inside the embedding."""
+    import torch
+
+    if not isinstance(tokens, torch.Tensor):
+        raise InterpError(f"{what} is a {type(tokens).__name__}; pass a tensor of token ids, e.g. model.to_tokens(text)")
+    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
+        raise InterpError(f"{what} has dtype {tokens.dtype}; token ids must be integers: pass {what}.long()")

@@ -29,7 +29,7 @@ from safetensors.torch import save_file
 
 from interp.errors import InterpError
 
-__all__ = ["FORMAT", "atomic_dir", "atomic_path", "load", "result", "save", "write_tensors_atomic", "write_text_atomic"]
+__all__ = ["FORMAT", "atomic_dir", "atomic_path", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
 FORMAT = "interp/2"
 _OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
@@ -87,6 +87,12 @@ def result(cls: T | None = None, *, tag: str | None = None) -> T:
     cls.save = _save_method
     cls.load = classmethod(_load_method)
     return cls
+
+
+def tag_of(obj: Any) -> str | None:
+    """The result tag of `obj`'s type (None for anything not a registered result)."""
+    tag = getattr(type(obj), "_result_tag", None)
+    return tag if _REGISTRY.get(tag) is type(obj) else None
 
 
 def _type_name(obj: Any) -> str:

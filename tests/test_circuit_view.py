@@ -174,8 +174,8 @@ def test_ids_are_unique_across_views_and_every_id_the_script_uses_exists():
 def test_render_display_report_and_png(monkeypatch):
     g = make_graph()
     v = plot.render(g)
-    assert type(v).__name__ == "CircuitView" and v.graph is g and plot.as_circuit(v) is v
-    assert plot.as_circuit(Grid(torch.ones(2), ("x",))) is None
+    assert type(v).__name__ == "CircuitView" and v.graph is g and plot.view_of(v) is v
+    assert plot.view_of(Grid(torch.ones(2), ("x",))) is None
     monkeypatch.setitem(plot._CIRCUITSVIS, "sent", False)
     first, second = v._repr_html_(), v._repr_html_()
     assert "DecompressionStream" in first and "DecompressionStream" not in second  # the bundle goes once

@@ -197,7 +197,7 @@ def llama_ioi():
 
 
 def _tl_node(n) -> str:
-    k = n.kind
+    k = n.kind  # a TransformerLens node, not interp's
     if k == "embed":
         return "embed"
     if k == "attn_head_out":
@@ -322,8 +322,9 @@ def test_bad_tasks_and_models(llama_ioi, tiny_models):
     bert = tiny_models["bert"]  # an encoder: no per-head inputs in TL, and post-LN blocks
     toks = torch.tensor([[2, 5, 6, 7], [2, 6, 5, 7]])
     t = Task("t", "x", toks, toks.flip(0), torch.tensor([5, 6]), torch.tensor([6, 5]), torch.tensor([3, 3]), ("", ""))
-    with pytest.raises(InterpError, match="separate input per head"):
+    with pytest.raises(InterpError, match="circuits were asked of a .* use a decoder") as err:
         eap(bert, t, progress=False)
+    assert len(str(err.value)) < 300  # leads with what the user did and what to do, not TL internals
     assert not bert.cfg.use_split_qkv_input
 
 
@@ -390,10 +391,35 @@ def test_check_additive_refuses_non_additive_blocks(llama_ioi):
     w.check_additive(model, acts)  # a pre-norm decoder passes
     L = w.n_layers - 1
     broken = {**acts, f"blocks.{L}.hook_resid_mid": acts[f"blocks.{L}.hook_resid_mid"] * 1.5}  # as if normed after the add
-    with pytest.raises(InterpError, match="resid_mid = resid_pre \\+ sum of head writes does not hold"):
+    with pytest.raises(InterpError, match="do not add up per edge \\(resid_mid = resid_pre \\+ sum of head writes is off") as err:
         w.check_additive(model, broken)
+    assert str(err.value).startswith("circuits were asked of a ") and len(str(err.value)) < 300
 
 
 def test_graph_rejects_repeated_edges():
     with pytest.raises(InterpError, match="edge embed -> logits appears twice"):
         Graph(("embed", "a0.h1", "embed"), ("logits", "logits", "logits"), torch.zeros(3), dict(META))
+
+
+def test_a_real_model_is_named_not_by_its_cache_folders_sha256(tmp_path):
+    """A dequantized GGUF lives in a folder named by its sha256; meta, repr and view title name the model."""
+    import json
+    from types import SimpleNamespace
+
+    from interp.circuit_view import view
+    from interp.circuits.eap import model_label
+
+    folder = tmp_path / ("ab" * 32)
+    folder.mkdir()
+    (folder / "interp-gguf.json").write_text(json.dumps({"source": "SmolLM2-135M-Instruct.Q4_1.gguf"}))
+    model = SimpleNamespace(cfg=SimpleNamespace(model_name=str(folder)))
+    assert model_label(model) == "smollm2-135m"
+    (folder / "interp-gguf.json").write_text(json.dumps({"source": "other-model.Q8_0.gguf"}))
+    assert model_label(model) == "other-model.Q8_0"
+    plain = tmp_path / "lm-gpt2"
+    plain.mkdir()
+    assert model_label(SimpleNamespace(cfg=SimpleNamespace(model_name=str(plain)))) == "lm-gpt2"
+    g = Graph(("embed",), ("logits",), torch.tensor([1.0]),
+              {"n_layers": 1, "n_heads": 1, "n_kv_heads": 1, "method": "eap", "model": model_label(model)})
+    assert "other-model.Q8_0" in repr(g) and "abab" not in repr(g)
+    assert "other-model.Q8_0" in view(g).heading()

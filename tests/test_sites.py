@@ -38,3 +38,30 @@ def test_errors_say_what_would_be_right():
     with pytest.raises((InterpError, TypeError), match="site"):  # under the suite's runtime type checks, TypeError
         hook_name(3)
     assert issubclass(InterpError, ValueError)
+
+
+def test_float_token_ids_fail_at_the_entry_point_saying_what_to_do(gpt2):
+    import torch
+
+    from interp import patching, run
+    from interp.sites import check_tokens
+
+    good = torch.tensor([[1, 2, 3], [3, 2, 1]])
+    bad = good.float()
+    calls = [
+        lambda: run.logits(gpt2, bad),
+        lambda: run.cache(gpt2, bad, ["blocks.0.hook_resid_pre"]),
+        lambda: run.with_grad(gpt2, bad, ["blocks.0.hook_resid_pre"]),
+        lambda: run.evaluate(gpt2, bad, [[]], lambda logits: logits[:, -1, 0].mean(), progress=False),
+        lambda: patching.activation_patch(gpt2, bad, good, site="resid_pre",
+                                          metric=lambda logits: logits[:, -1, 0].mean(), progress=False),
+    ]
+    for call in calls:
+        with pytest.raises(InterpError, match=r"dtype torch.float32; token ids must be integers: pass .*\.long\(\)") as err:
+            call()
+        assert len(str(err.value)) < 300
+    for bad_input in (good.bool(), [[1, 2]]):
+        with pytest.raises(InterpError, match="token ids"):
+            check_tokens(bad_input)
+    check_tokens(good)
+    check_tokens(good.int())

@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 
 from interp import run
-from interp.circuits.eap import _check_task, edge_index, task_baselines
+from interp.circuits.eap import edge_index, task_baselines
 from interp.circuits.graph import Graph, node
-from interp.circuits.wiring import Wiring, split_inputs
+from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
 from interp.metrics import for_task
 from interp.results import Grid, result
@@ -45,9 +45,9 @@ ABLATIONS = ("mean", "resample")
 def _node_of(name: str, per: int) -> list[str]:
     """The graph nodes a receiver belongs to (a KV group's k and v belong to all its heads)."""
     n = node(name)
-    if n.kind == "q":
+    if n.role == "q":
         return [f"a{n.layer}.h{n.index}"]
-    if n.kind in ("k", "v"):
+    if n.role in ("k", "v"):
         return [f"a{n.layer}.h{h}" for h in range(n.index * per, (n.index + 1) * per)]
     return [name]  # m{L}, logits
 
@@ -229,7 +229,7 @@ class _Runner:
     def __init__(self, model, task: Task, ablation: str, progress: bool):
         if ablation not in ABLATIONS:
             raise InterpError(f"ablation={ablation!r} must be one of {ABLATIONS}")
-        _check_task(model, task)
+        check_task(model, task)
         self.model, self.task, self.ablation, self.progress = model, task.to(model.cfg.device), ablation, progress
         self.wiring = Wiring(model)
         _, _, self.s_idx, self.r_idx = edge_index(self.wiring)

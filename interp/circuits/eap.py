@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -26,7 +27,7 @@ from tqdm.auto import tqdm
 
 from interp import run
 from interp.circuits.graph import CONVENTION, Graph, edge_list
-from interp.circuits.wiring import Wiring, split_inputs
+from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
 from interp.metrics import for_task
 from interp.tasks.base import Task
@@ -69,22 +70,22 @@ def edge_index(wiring: Wiring) -> tuple[tuple[str, ...], tuple[str, ...], Tensor
 
 
 def model_label(model) -> str:
-    """A short model name for meta: a zoo or local folder's name, else the config's model name."""
+    """A short model name for meta: a real model's name (smollm2-135m, not its cache folder's
+    sha256), a zoo or local folder's name, else the config's model name."""
+    import json
     from pathlib import Path
 
+    from interp.gguf import REAL_MODELS
+
     name = str(getattr(model.cfg, "model_name", None) or "")
-    return Path(name).name if "/" in name and Path(name).exists() else name
-
-
-def _check_task(model, task: Task) -> None:
-    if not isinstance(task, Task):
-        raise InterpError(f"circuit discovery takes a Task (clean and corrupt tokens, answers), got {type(task).__name__}")
-    if task.clean.shape != task.corrupt.shape:
-        raise InterpError(f"clean {tuple(task.clean.shape)} and corrupt {tuple(task.corrupt.shape)} tokens must have one shape")
-    top = int(max(task.clean.max(), task.corrupt.max()))
-    if top >= model.cfg.d_vocab:
-        raise InterpError(f"token id {top} is outside the model's vocabulary (d_vocab={model.cfg.d_vocab}); "
-                          "was the task built for another model?")
+    folder = Path(name)
+    if "/" not in name or not folder.exists():
+        return name
+    marker = folder / "interp-gguf.json"  # a dequantized GGUF: name it after the file it came from
+    if marker.exists():
+        source = json.loads(marker.read_text()).get("source", "")
+        return next((k for k, m in REAL_MODELS.items() if m.file == source), source.removesuffix(".gguf") or folder.name)
+    return folder.name
 
 
 def _chunks(task: Task, batch_size: int) -> list[Task]:
@@ -102,10 +103,25 @@ def task_baselines(clean: float, corrupt: float) -> None:
         )
 
 
+def _receiver_grads(model, part: Task, wiring: Wiring, ivs: list, metric, w: float,
+                    recorded: Sequence[str]) -> tuple[Tensor, dict[str, Tensor], Tensor]:
+    """One clean forward (under `ivs`) and one backward: the logits, the activations at the
+    receivers and `recorded`, and d metric / d receiver input at every receiver ([b, p, R, d])."""
+    names = list(dict.fromkeys([*wiring.receiver_hooks, *recorded]))
+    logits, acts = run.with_grad(model, part.clean, names, ivs, answer_pos=part.answer_pos)
+    with torch.enable_grad():
+        value = metric(logits) * w
+        grads = torch.autograd.grad(value, [acts[h] for h in wiring.receiver_hooks], allow_unused=True)
+    missing = [h for h, g in zip(wiring.receiver_hooks, grads) if g is None]
+    if missing:
+        raise InterpError(f"{missing[:3]} do not reach the metric; cannot attribute edges into them")
+    return logits, acts, wiring.receiver_values(dict(zip(wiring.receiver_hooks, grads)))
+
+
 def _attribute(model, task: Task, steps: int, method: str, batch_size: int, progress: bool) -> Graph:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InterpError(f"steps={steps!r} must be an int >= 1 (1 is plain EAP)")
-    _check_task(model, task)
+    check_task(model, task)
     wiring = Wiring(model)
     senders, receivers, s_idx, r_idx = edge_index(wiring)
     device = model.cfg.device
@@ -119,25 +135,21 @@ def _attribute(model, task: Task, steps: int, method: str, batch_size: int, prog
         for part in tqdm(parts, desc=method, disable=not progress or len(parts) < 2):
             part = part.to(device)
             metric, pos, w = for_task(part), part.answer_pos, len(part) / n
-            clean_logits, clean_acts = run.cache(model, part.clean, [*wiring.sender_hooks, *wiring.check_hooks],
-                                                 answer_pos=pos)
+            recorded = [*wiring.sender_hooks, *wiring.check_hooks]
+            if steps == 1:  # the clean forward that takes the gradient records the clean senders too
+                clean_logits, acts, grad_sum = _receiver_grads(model, part, wiring, [], metric, w, recorded)
+                clean_acts = {h: acts[h].detach() for h in recorded}
+            else:
+                clean_logits, clean_acts = run.cache(model, part.clean, recorded, answer_pos=pos)
             wiring.check_additive(model, clean_acts)
             corrupt_logits, corrupt_acts = run.cache(model, part.corrupt, wiring.sender_hooks, answer_pos=pos)
-            clean_m += w * run.scalar(metric, clean_logits, "clean")
+            clean_m += w * run.scalar(metric, clean_logits.detach(), "clean")
             corrupt_m += w * run.scalar(metric, corrupt_logits, "corrupt")
             delta = wiring.sender_outputs(corrupt_acts) - wiring.sender_outputs(clean_acts)  # [b, p, S, d]
-            grad_sum = None
-            for k in range(1, steps + 1):
-                ivs = [] if steps == 1 else [Interpolate(embed, corrupt_acts[embed], clean_acts[embed], k / steps)]
-                logits, acts = run.with_grad(model, part.clean, wiring.receiver_hooks, ivs, answer_pos=pos)
-                with torch.enable_grad():
-                    value = metric(logits) * w
-                    grads = torch.autograd.grad(value, [acts[h] for h in wiring.receiver_hooks], allow_unused=True)
-                missing = [h for h, g in zip(wiring.receiver_hooks, grads) if g is None]
-                if missing:
-                    raise InterpError(f"{missing[:3]} do not reach the metric; cannot attribute edges into them")
-                g = wiring.receiver_values(dict(zip(wiring.receiver_hooks, grads)))  # [b, p, R, d]
-                grad_sum = g if grad_sum is None else grad_sum + g
+            for k in range(1, steps + 1) if steps > 1 else ():
+                ivs = [Interpolate(embed, corrupt_acts[embed], clean_acts[embed], k / steps)]
+                g = _receiver_grads(model, part, wiring, ivs, metric, w, ())[2]
+                grad_sum = g if k == 1 else grad_sum + g  # [b, p, R, d]
             # [S, b*p*d] @ [b*p*d, R]: one float32 matrix product for every edge (einsum would not
             # fuse it); chunks add up in float64
             lhs = delta.permute(2, 0, 1, 3).reshape(delta.shape[2], -1).float()

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from interp import run
-from interp.circuits.eap import _check_task, edge_index, model_label, task_baselines
+from interp.circuits.eap import edge_index, model_label, task_baselines
 from interp.circuits.graph import CONVENTION, Graph
-from interp.circuits.wiring import Wiring, split_inputs
+from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
 from interp.metrics import for_task
 from interp.tasks.base import Task
@@ -67,7 +67,7 @@ def exact(model, task: Task, edges: Graph | Sequence[tuple[str, str]] | None = N
           variants_per_forward: int | None = None, progress: bool = True) -> Graph:
     """The exact effect of each edge (all of the model's edges when `edges` is None; or those of a
     Graph, or a list of (sender, receiver) names), as a Graph with method "exact"."""
-    _check_task(model, task)
+    check_task(model, task)
     wiring = Wiring(model)
     all_s, all_r, s_idx, _ = edge_index(wiring)
     at = {(s, r): i for i, (s, r) in enumerate(zip(all_s, all_r))}

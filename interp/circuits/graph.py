@@ -51,11 +51,12 @@ _PATTERNS = (
 
 
 class Node(NamedTuple):
-    """A parsed node name: kind in embed/head/q/k/v/mlp/logits, its layer (-1 for embed, n_layers
-    for logits when known, else a large number), and index (head H for head/q, group G for k/v)."""
+    """A parsed node name: its role (embed/head/q/k/v/mlp/logits), its layer (-1 for embed,
+    n_layers for logits when known, else a large number), and index (head H for head/q, group G
+    for k/v). "role", not "kind": in interp "kind" means a site's activation layout (interp.sites)."""
 
     name: str
-    kind: str
+    role: str
     layer: int
     index: int | None
 
@@ -63,25 +64,25 @@ class Node(NamedTuple):
     def order(self) -> float:
         """Position in the forward pass: everything of layer L's attention reads before any head of
         layer L writes; the MLP of layer L reads after them. An edge needs order(s) < order(r)."""
-        if self.kind == "embed":
+        if self.role == "embed":
             return -1.0
-        if self.kind == "logits":
+        if self.role == "logits":
             return float("inf")
-        if self.kind == "head":
+        if self.role == "head":
             return 2 * self.layer + 0.5
-        if self.kind == "mlp":
+        if self.role == "mlp":
             return 2 * self.layer + 1.0  # as a receiver it reads after the heads; as a sender it writes at +1.5
         return 2 * self.layer + 0.0  # q, k, v inputs
 
 
 @lru_cache(maxsize=65536)
 def _parse(name: str) -> Node | None:
-    for kind, pat in _PATTERNS:
+    for role, pat in _PATTERNS:
         m = pat.fullmatch(name)
         if m:
             nums = [int(x) for x in m.groups()]
-            layer = -1 if kind == "embed" else (10**9 if kind == "logits" else nums[0])
-            return Node(name, kind, layer, nums[1] if len(nums) > 1 else None)
+            layer = -1 if role == "embed" else (10**9 if role == "logits" else nums[0])
+            return Node(name, role, layer, nums[1] if len(nums) > 1 else None)
     return None
 
 
@@ -97,7 +98,7 @@ def node(name: str) -> Node:
 
 
 def _sender_order(n: Node) -> float:
-    return 2 * n.layer + 1.5 if n.kind == "mlp" else n.order
+    return 2 * n.layer + 1.5 if n.role == "mlp" else n.order
 
 
 def _check_shape(n_layers: int, n_heads: int, n_kv_heads: int) -> None:
@@ -224,7 +225,7 @@ class Graph:
         """All node names of the model: senders in forward order, then the head inputs grouped by
         head (the MLPs are senders and receivers and are listed once), then "logits"."""
         senders = self._senders_all
-        inputs = [r for r in self._receivers_all if node(r).kind in ("q", "k", "v")]
+        inputs = [r for r in self._receivers_all if node(r).role in ("q", "k", "v")]
         return senders + inputs + ["logits"]
 
     def __len__(self) -> int:
@@ -296,11 +297,11 @@ class Graph:
         out = torch.zeros(nl, nh)
         for s, r, v in zip(self.senders, self.receivers, self.scores.abs().tolist()):
             a, b = node(s), node(r)
-            if a.kind == "head":
+            if a.role == "head":
                 out[a.layer, a.index] += v
-            if b.kind == "q":
+            if b.role == "q":
                 out[b.layer, b.index] += v
-            elif b.kind in ("k", "v"):
+            elif b.role in ("k", "v"):
                 out[b.layer, b.index * per:(b.index + 1) * per] += v / per
         meta = {k: self.meta[k] for k in ("model", "task", "method", "metric") if k in self.meta}
         return Grid(out, ("layer", "head"), meta={**meta, "chart": "heatmap", "title": "summed |edge score| per head"})

@@ -25,48 +25,30 @@ the residual stream itself, which no per-edge decomposition survives; `check_add
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import Tensor
 
 from interp.circuits.graph import receiver_nodes, sender_nodes
 from interp.errors import InterpError
+from interp.sites import check_tokens, n_kv_heads
+from interp.tasks.base import Task
+from interp.hooks import split_inputs  # the model modes circuits need; switched only in interp.hooks
 
-__all__ = ["Wiring", "split_inputs"]
-
-
-@contextmanager
-def split_inputs(model) -> Iterator[None]:
-    """Turn on the bridge's per-receiver input hooks (split q/k/v inputs, MLP input) for the body
-    and restore the caller's flags after, even on error: the model comes back unchanged."""
-    cfg = model.cfg
-    saved = (bool(cfg.use_split_qkv_input), bool(cfg.use_hook_mlp_in), bool(getattr(cfg, "use_attn_in", False)))
-    try:
-        if saved[2]:
-            model.set_use_attn_in(False)  # exclusive with split q/k/v inputs
-        try:
-            model.set_use_split_qkv_input(True)
-        except NotImplementedError as err:  # TL's message names the attention classes that have them
-            arch = getattr(cfg, "architecture", None) or type(model).__name__
-            raise InterpError(
-                f"edges need a separate input per head (split q/k/v inputs), which TransformerLens does not offer "
-                f"for this model ({arch}): {err} Encoders such as BERT are also post-LN, which has no per-edge "
-                "decomposition; circuits support the decoder families (GPT-2, LLaMA, Qwen2, Gemma)."
-            ) from None
-        model.set_use_hook_mlp_in(True)
-        yield
-    finally:
-        model.set_use_split_qkv_input(saved[0])
-        model.set_use_hook_mlp_in(saved[1])
-        if saved[2]:
-            model.set_use_attn_in(True)
+__all__ = ["Wiring", "check_task", "split_inputs"]
 
 
-def n_kv_heads(model) -> int:
-    cfg = model.cfg
-    return int(getattr(cfg, "n_key_value_heads", None) or cfg.n_heads)
+def check_task(model, task: Task) -> None:
+    """InterpError unless `task` is a Task whose clean and corrupt token ids fit `model`."""
+    if not isinstance(task, Task):
+        raise InterpError(f"circuit discovery takes a Task (clean and corrupt tokens, answers), got {type(task).__name__}")
+    check_tokens(task.clean, "task.clean")
+    check_tokens(task.corrupt, "task.corrupt")
+    if task.clean.shape != task.corrupt.shape:
+        raise InterpError(f"clean {tuple(task.clean.shape)} and corrupt {tuple(task.corrupt.shape)} tokens must have one shape")
+    top = int(max(task.clean.max(), task.corrupt.max()))
+    if top >= model.cfg.d_vocab:
+        raise InterpError(f"token id {top} is outside the model's vocabulary (d_vocab={model.cfg.d_vocab}); "
+                          "was the task built for another model?")
 
 
 class Wiring:
@@ -101,11 +83,11 @@ class Wiring:
         from interp.circuits.graph import node
 
         r = node(name)
-        if r.kind in ("q", "k", "v"):
-            return f"blocks.{r.layer}.attn.hook_{r.kind}_input", r.index
-        if r.kind == "mlp":
+        if r.role in ("q", "k", "v"):
+            return f"blocks.{r.layer}.attn.hook_{r.role}_input", r.index
+        if r.role == "mlp":
             return f"blocks.{r.layer}.hook_mlp_in", None
-        if r.kind == "logits":
+        if r.role == "logits":
             return f"blocks.{self.n_layers - 1}.hook_resid_post", None
         raise InterpError(f"{name!r} is a sender, not a receiver")
 
@@ -188,9 +170,8 @@ class Wiring:
             scale = want.abs().max().clamp_min(1e-6)
             if float((got - want).abs().max() / scale) > 1e-3:
                 arch = getattr(model.cfg, "architecture", None) or getattr(model.cfg, "original_architecture", None) or type(model).__name__
+                err = float((got - want).abs().max() / scale)
                 raise InterpError(
-                    f"edge attribution needs receivers that read the plain sum of their senders, but on this model "
-                    f"({arch}) {what} does not hold (max relative error {float((got - want).abs().max() / scale):.2g}): "
-                    "blocks that normalise the residual stream after the add (BERT's post-LN) have no per-edge "
-                    "decomposition. Pre-norm decoders (GPT-2, LLaMA, Qwen2, Gemma families) are supported."
+                    f"circuits were asked of a {arch} model, whose blocks do not add up per edge ({what} is off by "
+                    f"{err:.2g}, e.g. post-LN); use a pre-norm decoder: GPT-2, LLaMA, Qwen2 or Gemma."
                 )

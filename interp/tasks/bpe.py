@@ -55,6 +55,7 @@ import torch
 from interp.errors import InterpError
 
 from .base import Task
+from .source import Source
 
 __all__ = [
     "IOI_TEMPLATES",
@@ -93,54 +94,13 @@ _MAX_TRIES = 50  # resamples per row before giving up on a row that will not tok
 # tokenizer access
 
 
-class _Src:
-    """Encodes text the way rows are built: bridge.to_tokens, or BOS + tokenizer.encode."""
-
-    def __init__(self, model: Any, prepend_bos: bool | None):
-        if model is None:
-            raise InterpError("pass a loaded model (bridge) or a Hugging Face tokenizer")
-        if hasattr(model, "to_tokens") and getattr(model, "tokenizer", None) is not None:
-            self.bridge, self.tok = model, model.tokenizer
-        elif callable(getattr(model, "encode", None)) and callable(getattr(model, "decode", None)):
-            self.bridge, self.tok = None, model
-        else:
-            raise InterpError(
-                f"{type(model).__name__} is neither a bridge with a tokenizer nor a tokenizer with encode/decode"
-            )
-        self.prepend_bos = prepend_bos
-        self._cache: dict[str, tuple[int, ...]] = {}
-
-    def raw(self, text: str) -> tuple[int, ...]:
-        """Token ids of `text` alone, no special tokens."""
-        if text not in self._cache:
-            self._cache[text] = tuple(self.tok.encode(text, add_special_tokens=False))
-        return self._cache[text]
-
-    def row(self, text: str) -> list[int]:
-        """The model's input row for `text` (BOS policy of the bridge, or of the tokenizer)."""
-        if self.bridge is not None:
-            return self.bridge.to_tokens(text, prepend_bos=self.prepend_bos, truncate=False)[0].tolist()
-        bos = getattr(self.tok, "bos_token_id", None)
-        use_bos = (bos is not None) if self.prepend_bos is None else self.prepend_bos
-        if use_bos and bos is None:
-            raise InterpError("prepend_bos=True but the tokenizer has no bos_token_id")
-        return ([bos] if use_bos else []) + list(self.raw(text))
-
-    def word(self, word: str) -> int | None:
-        ids = self.raw(" " + word)
-        return ids[0] if len(ids) == 1 else None
-
-    def splits_as(self, word: str) -> str:
-        return " + ".join(repr(self.tok.decode([i])) for i in self.raw(" " + word))
-
-
 def single_token_words(model: Any, words: Sequence[str]) -> tuple[str, ...]:
     """The words of `words` whose " word" is exactly one token for this model / tokenizer."""
-    src = _Src(model, None)
+    src = Source(model, None)
     return tuple(w for w in words if src.word(w) is not None)
 
 
-def _require_single(src: _Src, words: Sequence[str], what: str) -> tuple[str, ...]:
+def _require_single(src: Source, words: Sequence[str], what: str) -> tuple[str, ...]:
     words = tuple(dict.fromkeys(words))
     for w in words:
         if not isinstance(w, str) or not w or w != w.strip():
@@ -153,7 +113,7 @@ def _require_single(src: _Src, words: Sequence[str], what: str) -> tuple[str, ..
     return words
 
 
-def _require_pairs(src: _Src, pairs: Sequence[Sequence[str]], what: str) -> tuple[tuple[str, str], ...]:
+def _require_pairs(src: Source, pairs: Sequence[Sequence[str]], what: str) -> tuple[tuple[str, str], ...]:
     out = []
     for p in pairs:
         if isinstance(p, str) or len(p) != 2:
@@ -164,13 +124,13 @@ def _require_pairs(src: _Src, pairs: Sequence[Sequence[str]], what: str) -> tupl
     return tuple(out)
 
 
-def _pairs(src: _Src, pairs: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+def _pairs(src: Source, pairs: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
     return tuple(p for p in pairs if src.word(p[0]) is not None and src.word(p[1]) is not None)
 
 
 def vocabulary(model: Any) -> dict[str, tuple]:
     """Every curated list filtered to this tokenizer's single-token words (pairs: both forms)."""
-    src = _Src(model, None)
+    src = Source(model, None)
     train, heldout = name_split(single_token_words(model, NAMES))
     return {
         "names": tuple(w for w in NAMES if src.word(w) is not None),
@@ -202,7 +162,7 @@ def name_split(names: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
 class _Frame:
     """A template cut into literal pieces and slots, with each slot's token position."""
 
-    def __init__(self, src: _Src, template: str):
+    def __init__(self, src: Source, template: str):
         self.template = template
         parts = _SLOT.split(template)  # [piece, slot, piece, slot, ..., piece]
         if "{" in "".join(parts[0::2]) or "}" in "".join(parts[0::2]):
@@ -218,7 +178,7 @@ class _Frame:
             pos += 1
         self.length = pos + len(src.raw(self.pieces[-1]))  # tokens without BOS
 
-    def expected(self, src: _Src, fill: dict[str, str]) -> list[int]:
+    def expected(self, src: Source, fill: dict[str, str]) -> list[int]:
         out: list[int] = []
         for i, slot in enumerate(self.slots):
             out += src.raw(self.pieces[i])
@@ -229,7 +189,7 @@ class _Frame:
         return self.template.format(**fill)
 
 
-def _encode_row(src: _Src, frame: _Frame, fill: dict[str, str]) -> tuple[list[int], int] | None:
+def _encode_row(src: Source, frame: _Frame, fill: dict[str, str]) -> tuple[list[int], int] | None:
     """(row, prefix length) when the whole prompt tokenizes as pieces + one token per slot."""
     row = src.row(frame.text(fill))
     want = frame.expected(src, fill)
@@ -238,7 +198,7 @@ def _encode_row(src: _Src, frame: _Frame, fill: dict[str, str]) -> tuple[list[in
     return row, len(row) - len(want)
 
 
-def _one_length(src: _Src, templates: Sequence[str], given: bool, what: str) -> tuple[list[_Frame], list[int]]:
+def _one_length(src: Source, templates: Sequence[str], given: bool, what: str) -> tuple[list[_Frame], list[int]]:
     """The frames of the most common token length (given=True: all must share one length)."""
     frames = [_Frame(src, t) for t in templates]
     counts = Counter(f.length for f in frames)
@@ -329,7 +289,7 @@ def ioi(
         raise InterpError(f"split={split!r} is not a bpe ioi split; valid: {', '.join(SPLITS_IOI)}")
     if corruption not in ("abc", "s2"):
         raise InterpError(f"corruption={corruption!r}: valid are 'abc' (first-clause names) and 's2'")
-    src = _Src(model, prepend_bos)
+    src = Source(model, prepend_bos)
     if names is None:
         pool = single_token_words(model, NAMES)
     else:
@@ -417,7 +377,7 @@ def sva(
     _check_n(n)
     if split not in SPLITS_SVA:
         raise InterpError(f"split={split!r} is not a bpe sva split; valid: {', '.join(SPLITS_SVA)}")
-    src = _Src(model, prepend_bos)
+    src = Source(model, prepend_bos)
     kind = split.split("_")[0]
     if nouns is None:
         heads, animate = _pairs(src, NOUNS), _pairs(src, ANIMATE)
@@ -505,7 +465,7 @@ def from_prompts(
 ) -> Task:
     """A Task from prompt strings: every clean and corrupt prompt must have the same token length
     (no padding), and each answer (e.g. " Mary", with its leading space) must be one token."""
-    src = _Src(model, prepend_bos)
+    src = Source(model, prepend_bos)
     k = len(clean)
     if k == 0 or not (len(corrupt) == len(correct) == len(incorrect) == k):
         raise InterpError(
