@@ -197,7 +197,14 @@ def test_doc_is_bound_to_its_json(doc, data):
     assert not bad, f"{doc.name}: {bad[:20]}"
 
 
-@pytest.mark.parametrize("doc,data", bound_pairs(), ids=lambda p: p.name)
+def region_pairs():
+    """Every doc with its JSON; a doc with no generated region yet is an expected failure."""
+    return [(d, j) if bound.regions(d.read_text()) else
+            pytest.param(d, j, marks=pytest.mark.xfail(reason="no generated regions yet", strict=True))
+            for d, j in pairs()]
+
+
+@pytest.mark.parametrize("doc,data", region_pairs(), ids=lambda p: p.name)
 def test_changing_any_reported_number_by_one_percent_fails(doc, data):
     """(2) for every key a doc reports: the JSON with that value moved by 1 % (an integer by at least 1)
     no longer checks, so a JSON rerun without regenerating its doc cannot pass."""
