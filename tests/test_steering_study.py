@@ -77,7 +77,7 @@ def test_quick_repro_on_a_zoo_model_reports_and_resumes(tmp_path):
     assert set(v["dev_verb_flip"]["core"]) == {"2", "3"} and v["layer"]["core"] in (2, 3)
     assert v["runs"]["unsteered"]["judged"] >= 0.8 and v["runs"]["core"]["judged"] >= 0.0
     assert v["random_core"]["verb_flip"]["n"] == 2 and v["core_verdict"] in ("lever", "weak", "not a lever")
-    assert set(v["gap"]) == {"2"} and out["budget"]["units_done"] == out["budget"]["units_total"]
+    assert set(v["gap"]["random"]) == {"1", "2"} and v["gap"]["layer"] == 2 and out["budget"]["units_done"] == out["budget"]["units_total"]
     again = study.repro(progress=False, models=["zoo:lm-gpt2"], budget="quick", overrides=over, units=tmp_path)
     assert again["provenance"]["units_run"] == 0  # every unit read back
     assert again["models"] == json.loads(json.dumps(out["models"]))
@@ -103,10 +103,8 @@ def _reported(path) -> bool:
     if key[0].startswith("random_"):
         return key[1:] in (("verb_flip", "mean"), ("verb_flip", "std"), ("verb_flip", "max"), ("judged", "min"),
                            ("judged", "max"))
-    if key[0] == "gap":
+    if key[0] == "gap" and key[1] == "random":
         return key[-1] == "max"
-    if key[0] == "runs" and (key[1].startswith("core@") or key[1] == "core_mid"):
-        return key[2] == "verb_flip"
     return key[0] != "examples"
 
 

@@ -27,6 +27,7 @@ generated verb against its own subject).
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from pathlib import Path
@@ -273,11 +274,21 @@ def _reading(spec: str, v: dict[str, Any]) -> str:
 
 
 def _gap_reading(spec: str, v: dict[str, Any]) -> str:
-    r = v["runs"]
-    strong = ", ".join(f"{_f(r[f'core@{s}']['verb_flip'])} at strength {s} (random max {_f(v['gap'][s]['max'])})" for s in v["gap"])
-    return (f"* **{spec}**: core flip {_f(r['core']['verb_flip'])} at strength 1; {strong}; re-centred on the class "
-            f"midpoint {_f(r['core_mid']['verb_flip'])}; singular heads {_f(v['core_flip_by_number']['sg'])}, plural heads "
-            f"{_f(v['core_flip_by_number']['pl'])}.")
+    g = v["gap"]
+    flips = ", ".join(f"{_f(g['flip'][f'core@{s}'])} at strength {s} (random max {_f(g['random'][s]['max'])})" for s in g["random"])
+    return (f"* **{spec}**, layer {g['layer']}: core flip {flips}; re-centred on the class midpoint "
+            f"{_f(g['flip']['core_mid'])}; diff-of-means flip {_f(g['flip']['diff@1'])}; singular heads "
+            f"{_f(g['core_by_number']['sg'])}, plural heads {_f(g['core_by_number']['pl'])} (strength 1).")
+
+
+def _command(b: dict[str, Any], models: list[str]) -> str:
+    """The command that made a result: its budget and every value that differs from that budget's default."""
+    from interp.studies.steering import BUDGETS, DEFAULT_MODELS
+
+    sets = [f"--set {k}={json.dumps(v).replace(' ', '')}" for k, v in b["values"].items() if BUDGETS[b["name"]].get(k) != v]
+    picked = [] if models == list(DEFAULT_MODELS) else [f"--model {m}" for m in models]
+    return "```bash\n" + " ".join(["interp repro steering", f"--budget {b['name']}", *picked, *sets,
+                                     "--out docs/steering_repro.json"]) + "\n```"
 
 
 def doc_tables(result: dict[str, Any]) -> dict[str, str]:
@@ -293,18 +304,17 @@ def doc_tables(result: dict[str, Any]) -> dict[str, str]:
         for a in ("core", "diff"):
             dev.append([spec, a, ", ".join(f"L{l}: {_f(s)}" for l, s in v["dev_verb_flip"][a].items()), v["dev_judged"][a]])
         if "gap" in v:
-            strengths = list(v["gap"])
-            runs = v["runs"]
-            gap.append([spec, v["layer"]["core"], runs["core"]["verb_flip"], *[runs[f"core@{s}"]["verb_flip"] for s in strengths],
-                        *[v["gap"][s]["max"] for s in strengths], runs["core_mid"]["verb_flip"],
-                        runs["diff"]["verb_flip"], v["core_flip_by_number"]["sg"], v["core_flip_by_number"]["pl"]])
+            g = v["gap"]
+            strengths = list(g["random"])
+            gap.append([spec, g["layer"], *[g["flip"][f"core@{s}"] for s in strengths], *[g["random"][s]["max"] for s in strengths],
+                        g["flip"]["core_mid"], g["flip"]["diff@1"], g["core_by_number"]["sg"], g["core_by_number"]["pl"]])
             gap_text.append(_gap_reading(spec, v))
         for e in v["examples"]:
             examples.append(f"* {spec}, *{_one_line(e['prompt'])}* ({e['number']}): unsteered “{_one_line(e['unsteered'])}” · "
                             f"core flipped “{_one_line(e['core'])}” · diff flipped “{_one_line(e['diff'])}” · "
                             f"random “{_one_line(e['random_core_0'])}”")
     b, p = result["budget"], result["provenance"]
-    out = {"runs": _table(head, rows), "reading": "\n".join(reading),
+    out = {"command": _command(b, list(result["models"])), "runs": _table(head, rows), "reading": "\n".join(reading),
            "dev": _table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], dev),
            "timing": _table(["model", "layers", "compute seconds of its units (this budget)",
                              "paper budget, estimated seconds"], timing),
@@ -314,7 +324,7 @@ def doc_tables(result: dict[str, Any]) -> dict[str, str]:
                           f"{p['machine']['cpu']} ({p['machine']['device']}, {p['machine']['torch_threads']} torch "
                           f"thread(s)), wall {p['wall_s']} s, {p.get('units_run', 0)} units computed in this run.")}
     if gap:
-        out["gap"] = _table(["model", "core layer", "core s=1", *[f"core s={s}" for s in strengths],
+        out["gap"] = _table(["model", "layer", *[f"core s={s}" for s in strengths],
                              *[f"random max, {s}× norm" for s in strengths], "core re-centred on class midpoint",
                              "diff s=1", "core s=1, sg heads", "core s=1, pl heads"], gap)
         out["gap_reading"] = "\n".join(gap_text)

@@ -290,8 +290,16 @@ def _unit(units, m: _Model, kind: str, run: str, layer: int | None) -> dict[str,
     return out
 
 
-def _n_test_runs(b: dict[str, Any], zoo: bool) -> int:
-    return 3 + 2 * b["draws"] + (len(b["gap_strengths"]) * (1 + b["draws"]) + 1 if zoo else 1)
+def _gap_layer(m, best_core: int) -> int | None:
+    """Zoo models: the last layer before the final residual stream (resid_post n-2 = the previous study's
+    resid_pre n-1), where the core is not the readout direction; None for real models or when not swept."""
+    g = m.model.cfg.n_layers - 2
+    return g if m.spec.startswith("zoo:") and g in m.layers else None
+
+
+def _n_test_runs(b: dict[str, Any], zoo: bool, gap: bool = True) -> int:
+    """Test units of one model: zoo models add the gap runs (when their layer is swept), real ones the bare prompts."""
+    return 3 + 2 * b["draws"] + (((len(b["gap_strengths"]) + 1) * (1 + b["draws"]) + 2) * gap if zoo else 1)
 
 
 def _work(b: dict[str, Any], n_layers: int, zoo: bool) -> int:
@@ -318,12 +326,15 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
            for a in ("core", "diff")}
     best = {a: max(m.layers, key=lambda l: (dev[a][l]["verb_flip"], -l)) for a in ("core", "diff")}
     runs = [("unsteered", None)] + [(a, best[a]) for a in ("core", "diff")]
-    runs += [(f"random_{a}_{i}", best[a]) for a in ("core", "diff") for i in range(b["draws"])]
+    # draws interleaved (core 0, diff 0, core 1, ...): a run stopped early holds matched draws of both controls
+    runs += [(f"random_{a}_{i}", best[a]) for i in range(b["draws"]) for a in ("core", "diff")]
     if not m.spec.startswith("zoo:"):
         runs.append(("unsteered_bare", None))
-    if m.spec.startswith("zoo:"):  # the zoo's 0.72-vs-1.00 gap: strength and centre of the core flip
-        runs += [(f"core@{s:g}", best["core"]) for s in b["gap_strengths"]] + [("core_mid", best["core"])]
-        runs += [(f"random_core_x{s:g}_{i}", best["core"]) for s in b["gap_strengths"] for i in range(b["draws"])]
+    gap = _gap_layer(m, best["core"])
+    if gap is not None:  # the zoo's 0.72-vs-1.00 gap, at the last inner layer (the previous study's site)
+        strengths = [1.0, *b["gap_strengths"]]
+        runs += [(f"core@{s:g}", gap) for s in strengths] + [("core_mid", gap), ("diff@1", gap)]
+        runs += [(f"random_core_x{s:g}_{i}", gap) for s in strengths for i in range(b["draws"])]
     test = {r: _unit(units, m, "test", r, l) for r, l in tqdm(runs, desc=f"{m.spec}: test", disable=not progress)}
     texts, numbers = m.lang.prompts("test", b["n_test"])
     keys = ("judged", "verb_agree", "verb_flip", "pronoun_judged", "flip_share")
@@ -333,20 +344,22 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
         "dev_judged": {a: min(dev[a][l]["judged"] for l in m.layers) for a in dev},
         "layer": {a: best[a] for a in best}, "site": {a: f"blocks.{best[a]}.hook_resid_post" for a in best},
         "cosine": test["core"]["cosine"], "displacement": {a: test[a]["displacement"][a] for a in best},
-        "runs": {r: {k: test[r][k] for k in keys} for r in test if not r.startswith("random_")},
+        "runs": {r: {k: test[r][k] for k in keys} for r in ("unsteered", "unsteered_bare", "core", "diff") if r in test},
     }
     for a in ("core", "diff"):
         flips = [test[f"random_{a}_{i}"]["verb_flip"] for i in range(b["draws"])]
         out[f"random_{a}"] = {"verb_flip": _spread(flips), "judged": _spread([test[f"random_{a}_{i}"]["judged"]
                                                                             for i in range(b["draws"])])}
         out[f"{a}_verdict"] = lever(test[a]["verb_flip"], test["unsteered"]["verb_flip"], flips)
-    if m.spec.startswith("zoo:"):
-        out["gap"] = {f"{s:g}": _spread([test[f"random_core_x{s:g}_{i}"]["verb_flip"] for i in range(b["draws"])])
-                      for s in b["gap_strengths"]}
-        for number in ("sg", "pl"):  # the core flip by the head noun's number
-            rows = [i for i, n in enumerate(numbers) if n == number]
-            out.setdefault("core_flip_by_number", {})[number] = m.lang.rates(
-                [texts[i] for i in rows], [numbers[i] for i in rows], [test["core"]["completions"][i] for i in rows])["verb_flip"]
+    if gap is not None:
+        core1 = test["core@1"]["completions"]
+        out["gap"] = {
+            "layer": gap, "flip": {r: test[r]["verb_flip"] for r in [f"core@{s:g}" for s in strengths] + ["core_mid", "diff@1"]},
+            "random": {f"{s:g}": _spread([test[f"random_core_x{s:g}_{i}"]["verb_flip"] for i in range(b["draws"])])
+                       for s in strengths},
+            "core_by_number": {n: m.lang.rates([t for t, x in zip(texts, numbers) if x == n], [n] * numbers.count(n),
+                                               [c for c, x in zip(core1, numbers) if x == n])["verb_flip"] for n in ("sg", "pl")},
+        }
     # time: the stored units' compute seconds, scaled to the paper budget by generated token-rows
     out["unit_seconds"] = round(m.seconds, 1)
     zoo = m.spec.startswith("zoo:")
@@ -374,7 +387,8 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     out: dict[str, Any] = {"models": {}}
     for spec in (list(models) if models else list(DEFAULT_MODELS)):
         out["models"][spec] = _model_result(store, _Model(spec, b), progress)
-    total = sum(len(v["dev_verb_flip"]["core"]) * 2 + _n_test_runs(b, s.startswith("zoo:")) for s, v in out["models"].items())
+    total = sum(len(v["dev_verb_flip"]["core"]) * 2 + _n_test_runs(b, s.startswith("zoo:"), "gap" in v)
+                for s, v in out["models"].items())
     fraction = b["n_test"] / BUDGETS["paper"]["n_test"]
     out["budget"] = budget_record(budget, b, fraction, total, total)
     out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, total, total, units_run=store.ran)
