@@ -45,14 +45,17 @@ def test_rates_are_over_all_prompts():
         steer_real.judge("plural", " is")
 
 
-@pytest.mark.parametrize("flip, unsteered, randoms, want", [
-    (0.9, 0.0, [0.1, 0.2], "lever"),
-    (0.3, 0.0, [0.1, 0.2], "weak"),
-    (0.9, 0.0, [0.1, 0.95], "not a lever"),  # a random direction of the same norm flips as often
-    (0.6, 0.7, [0.0], "not a lever"),  # the unsteered model already "flips" that often
+@pytest.mark.parametrize("flip, randoms, want", [
+    (0.9, [0.1, 0.2], "reproduced"),
+    (0.3, [0.1, 0.2], "reproduced"),  # small, but outside every random draw
+    (0.9, [0.1, 0.95], "not distinguishable from control"),  # a random direction of the same norm flips as often
+    (0.05, [0.1, 0.2], "not reproduced"),  # the flip keeps agreement more often than random pushes do
 ])
-def test_lever_rule(flip, unsteered, randoms, want):
-    assert study.lever(flip, unsteered, randoms) == want
+def test_claim_uses_the_verdict_rules(flip, randoms, want):
+    from interp.studies.verdicts import rejudge
+
+    c = study.claim("m", "core", flip, randoms)
+    assert c["word"] == want and c["control_ci"] == [min(randoms), max(randoms)] and rejudge({"c": c}) == []
 
 
 def test_framed_prompts_split_heads_and_balance_numbers(smollm2):
@@ -76,7 +79,7 @@ def test_quick_repro_on_a_zoo_model_reports_and_resumes(tmp_path):
     v = out["models"]["zoo:lm-gpt2"]
     assert set(v["dev_verb_flip"]["core"]) == {"2", "3"} and v["layer"]["core"] in (2, 3)
     assert v["runs"]["unsteered"]["judged"] >= 0.8 and v["runs"]["core"]["judged"] >= 0.0
-    assert v["random_core"]["verb_flip"]["n"] == 2 and v["core_verdict"] in ("lever", "weak", "not a lever")
+    assert v["random_core"]["verb_flip"]["n"] == 2 and v["core_verdict"]["word"] in ("reproduced", "not distinguishable from control", "not reproduced")
     assert set(v["gap"]["random"]) == {"1", "2"} and v["gap"]["layer"] == 2 and out["budget"]["units_done"] == out["budget"]["units_total"]
     again = study.repro(progress=False, models=["zoo:lm-gpt2"], budget="quick", overrides=over, units=tmp_path)
     assert again["provenance"]["units_run"] == 0  # every unit read back
@@ -85,63 +88,20 @@ def test_quick_repro_on_a_zoo_model_reports_and_resumes(tmp_path):
         study.repro(progress=False, models=["zoo:lm-gpt2"], budget="quick", overrides={"layers": [9]}, units=tmp_path)
 
 
-def _leaves(x, path=()):
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _leaves(v, (*path, k))
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _leaves(v, (*path, i))
-    elif isinstance(x, float) and x != 0.0:
-        yield path
+def test_doc_is_bound_to_its_json_and_moves_with_every_number():
+    from interp.studies import docs as bound
 
-
-def _reported(path) -> bool:
-    """Whether docs/steering.md reports the JSON leaf models.SPEC.<path> (spreads: mean, std and max of
-    the random flips, min and max of their judged fractions; the zoo's gap runs: their flip rate)."""
-    key = path[1:]
-    if key[0].startswith("random_"):
-        return key[1:] in (("verb_flip", "mean"), ("verb_flip", "std"), ("verb_flip", "max"), ("judged", "min"),
-                           ("judged", "max"))
-    if key[0] == "gap" and key[1] == "random":
-        return key[-1] == "max"
-    return key[0] != "examples"
-
-
-def _set(x, path, value):
-    for k in path[:-1]:
-        x = x[k]
-    x[path[-1]] = value
-
-
-def test_doc_holds_what_its_json_renders_and_every_number_is_bound():
     result = json.loads((DOCS / "steering_repro.json").read_text())
     md = (DOCS / "steering.md").read_text()
-    tables = steer_real.doc_tables(result)
-    for name, body in tables.items():
-        assert f"<!-- table:{name} -->\n{body}\n<!-- /table -->" in md, name
-    # every non-zero number of the JSON's models reaches the doc: moved by 1 %, the doc no longer matches
-    for path in filter(_reported, _leaves(result["models"])):
+    for name, body in steer_real.doc_regions(result).items():  # the doc holds exactly what the JSON renders
+        assert f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->" in md, name
+    assert bound.check(md, result) == [] and bound.prose_numbers(md, result) == []
+    keys = list(bound.keys_of(md))
+    assert any("/core_verdict" not in k and "/runs/core/verb_flip" in k for k in keys)
+    for key in keys:  # every reported number moved by 1 % makes the check fail
+        value = bound.get(result, key)
+        if value == 0:
+            continue
         changed = copy.deepcopy(result)
-        value = changed["models"]
-        for k in path:
-            value = value[k]
-        _set(changed["models"], path, value * 1.01)
-        assert steer_real.doc_tables(changed) != tables, f"models.{'.'.join(map(str, path))} is not in the doc"
-
-
-def test_all_layer_ace_cores_equal_extract_per_layer():
-    import torch
-
-    import interp
-    from interp import cores
-    from interp.tasks import english
-
-    model = interp.load("zoo:lm-qwen2")
-    task = english.sva(40, split="sva_id", seed=3)
-    sites = [f"blocks.{l}.hook_resid_post" for l in range(model.cfg.n_layers)]
-    got = steer_real.ace_cores(model, task, sites, batch_size=16)
-    for s in sites:
-        want = cores.extract(model, task, site=s, k=1, method="ace", batch_size=16)
-        torch.testing.assert_close(got[s].basis, want.basis, atol=1e-4, rtol=1e-4)
-        torch.testing.assert_close(got[s].mean, want.mean)
+        bound.set_at(changed, key, value * 1.01)
+        assert bound.check(md, changed), f"{key} moved by 1 % and the doc still checks"

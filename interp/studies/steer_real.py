@@ -40,7 +40,7 @@ from interp.errors import InterpError
 from interp.tasks import bpe
 from interp.tasks.base import Task
 
-__all__ = ["FRAMES", "ace_cores", "bare", "PL_PRONOUNS", "PL_VERBS", "SG_PRONOUNS", "SG_VERBS", "SKIP_BEFORE", "doc_tables", "fit_task",
+__all__ = ["FRAMES", "ace_cores", "bare", "PL_PRONOUNS", "PL_VERBS", "SG_PRONOUNS", "SG_VERBS", "SKIP_BEFORE", "doc_regions", "fit_task",
            "judge", "prompts", "rates", "render", "split_nouns"]
 
 SG_VERBS = frozenset("is was has does isn't wasn't hasn't doesn't 's".split())
@@ -226,59 +226,116 @@ def ace_cores(model, task: Task, sites: Sequence[str], *, batch_size: int = 16) 
 
 
 # ---------------------------------------------------------------------------------------------
-# docs/steering.md's generated blocks, from the study's one JSON
-
-
-def _f(x: Any) -> str:
-    """Four significant digits: a number moved by 1 % always prints differently (the doc test relies on it)."""
-    if x is None or isinstance(x, (str, int)):
-        return "–" if x is None else str(x)
-    return f"{x:#.4g}".rstrip(".") if abs(x) < 1e4 else f"{x:.0f}"
-
-
-def _table(head: list[str], rows: list[list[Any]]) -> str:
-    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-                     + ["| " + " | ".join(_f(c) for c in row) + " |" for row in rows])
+# docs/steering.md's generated regions, from the study's one JSON, every number bound to its key
+# (interp.studies.docs.Render)
 
 
 def _one_line(text: str) -> str:
     return " ↵ ".join(part.strip() for part in text.strip().split("\n") if part.strip())
 
 
-def _runs_rows(spec: str, v: dict[str, Any]) -> list[list[Any]]:
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+class _Doc:
+    """Bound numbers of one model: `n(*path)` renders models/SPEC/path through Render.num."""
+
+    def __init__(self, r, spec: str):
+        from interp.studies.docs import pointer
+
+        self.r, self.spec, self.ptr = r, spec, lambda *p: pointer("models", spec, *p)
+
+    def n(self, *path) -> str:
+        return self.r.num(self.ptr(*path))
+
+    def word(self, *path) -> str:
+        return self.r.text(self.ptr(*path))
+
+
+def _runs_rows(d: _Doc, v: dict[str, Any]) -> list[list[str]]:
     rows = []
     for run, label in (("unsteered", "unsteered"), ("unsteered_bare", "unsteered, bare (no frame)")):
         if run in v["runs"]:
-            u = v["runs"][run]
-            rows.append([spec, label, "–", u["judged"], u["verb_agree"], u["verb_flip"], u["flip_share"], u["pronoun_judged"],
-                         "–", "–", "–", "–"])
+            rows.append([d.spec, label, "–", *[d.n("runs", run, k) for k in ("judged", "verb_agree", "verb_flip")],
+                         d.n("runs", run, "flip_share") if v["runs"][run]["flip_share"] is not None else "–",
+                         d.n("runs", run, "pronoun_judged"), "–", "–", "–", "–"])
     for a, label in (("core", "core flip"), ("diff", "diff-of-means flip")):
-        r, c = v["runs"][a], v[f"random_{a}"]["verb_flip"]
-        rows.append([spec, label, v["layer"][a], r["judged"], r["verb_agree"], r["verb_flip"], r["flip_share"], r["pronoun_judged"],
-                     f"{_f(c['mean'])} ± {_f(c['std'])}", c["max"], f"{_f(v[f'random_{a}']['judged']['min'])}–"
-                     f"{_f(v[f'random_{a}']['judged']['max'])}", v[f"{a}_verdict"]])
+        c = ("random_" + a, "verb_flip")
+        rows.append([d.spec, label, d.n("layer", a), *[d.n("runs", a, k) for k in ("judged", "verb_agree", "verb_flip")],
+                     d.n("runs", a, "flip_share") if v["runs"][a]["flip_share"] is not None else "–", d.n("runs", a, "pronoun_judged"),
+                     f"{d.n(*c, 'mean')} ± {d.n(*c, 'std')}", f"{d.n(*c, 'min')}–{d.n(*c, 'max')}",
+                     f"{d.n('random_' + a, 'judged', 'min')}–{d.n('random_' + a, 'judged', 'max')}",
+                     d.word(f"{a}_verdict", "word")])
     return rows
 
 
-def _reading(spec: str, v: dict[str, Any]) -> str:
-    r, u = v["runs"], v["runs"]["unsteered"]
+def _reading(d: _Doc, v: dict[str, Any]) -> str:
     out = []
     for a, name in (("core", "core axis"), ("diff", "difference-of-means axis")):
-        c = v[f"random_{a}"]["verb_flip"]
-        out.append(f"{name}: **{v[f'{a}_verdict']}** (flip at layer {v['layer'][a]}: {_f(r[a]['verb_flip'])} of the "
-                   f"{v['n_test']} test continuations take a verb of the other number, judged {_f(r[a]['judged'])}; "
-                   f"{c['n']} random directions of the same norm: mean {_f(c['mean'])}, max {_f(c['max'])}; "
-                   f"unsteered {_f(u['verb_flip'])})")
-    return (f"* **{spec}**: {out[0][0].upper()}{out[0][1:]}; {out[1]}. |cos(core, diff)| at the core's layer: {_f(v['cosine'])}; mean flip "
-            f"displacement core {_f(v['displacement']['core'])}, diff {_f(v['displacement']['diff'])} (residual units).")
+        out.append(f"{name} **{d.word(f'{a}_verdict', 'word')}**: flipped at layer {d.n('layer', a)}, "
+                   f"{d.n('runs', a, 'verb_flip')} of the {d.n('n_test')} test continuations take a verb of the other "
+                   f"number (judged {d.n('runs', a, 'judged')}), against {d.n('random_' + a, 'verb_flip', 'mean')} "
+                   f"(max {d.n('random_' + a, 'verb_flip', 'max')}) for {d.n('random_' + a, 'verb_flip', 'n')} random "
+                   f"directions of the same norm and {d.n('runs', 'unsteered', 'verb_flip')} unsteered")
+    return (f"* **{d.spec}**: {out[0]}; {out[1]}. |cos(core, diff)| at the core's layer {d.n('cosine')}; mean flip "
+            f"displacement core {d.n('displacement', 'core')}, diff {d.n('displacement', 'diff')} (residual units).")
 
 
-def _gap_reading(spec: str, v: dict[str, Any]) -> str:
-    g = v["gap"]
-    flips = ", ".join(f"{_f(g['flip'][f'core@{s}'])} at strength {s} (random max {_f(g['random'][s]['max'])})" for s in g["random"])
-    return (f"* **{spec}**, layer {g['layer']}: core flip {flips}; re-centred on the class midpoint "
-            f"{_f(g['flip']['core_mid'])}; diff-of-means flip {_f(g['flip']['diff@1'])}; singular heads "
-            f"{_f(g['core_by_number']['sg'])}, plural heads {_f(g['core_by_number']['pl'])} (strength 1).")
+def _gap(d: _Doc, g: dict[str, Any]) -> tuple[list[str], str]:
+    strengths = list(g["random"])
+    row = [d.spec, d.n("gap", "layer"), *[d.n("gap", "flip", f"core@{s}") for s in strengths],
+           *[d.n("gap", "random", s, "max") for s in strengths], d.n("gap", "flip", "core_mid"), d.n("gap", "flip", "diff@1"),
+           d.n("gap", "core_by_number", "sg"), d.n("gap", "core_by_number", "pl")]
+    return row, strengths
+
+
+def doc_regions(result: dict[str, Any]) -> dict[str, str]:
+    """The body of each `<!-- gen:NAME -->` region of docs/steering.md (name -> Render.region text)."""
+    from interp.studies.docs import Render
+
+    r = Render(result)
+    regions: dict[str, str] = {}
+    head = ["model", "run", "layer", "judged", "verb agrees", "verb flipped", "flip share (all number words)",
+            "pronoun judged", "random, same norm: flipped mean ± std", "random min–max", "random judged min–max", "verdict"]
+    models = list(result["models"].items())
+    docs = {spec: _Doc(r, spec) for spec, _ in models}
+    # one region at a time: Render hands each region the keys rendered since the last one
+    regions["runs"] = r.region(_table(head, [row for spec, v in models for row in _runs_rows(docs[spec], v)]))
+    regions["reading"] = r.region("\n".join(_reading(docs[spec], v) for spec, v in models))
+    regions["dev"] = r.region(_table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], [
+        [spec, a, ", ".join(f"L{l}: {docs[spec].n('dev_verb_flip', a, l)}" for l in v["dev_verb_flip"][a]),
+         docs[spec].n("dev_judged", a)] for spec, v in models for a in ("core", "diff")]))
+    regions["timing"] = r.region(_table(["model", "layers", "compute seconds of its units (this budget)",
+                                         "paper budget, estimated seconds"],
+                                        [[spec, *[docs[spec].n(k) for k in ("n_layers", "unit_seconds", "paper_seconds_estimate")]]
+                                         for spec, _ in models]))
+    gaps = [(spec, v) for spec, v in models if "gap" in v]
+    if gaps:
+        strengths = list(gaps[0][1]["gap"]["random"])
+        regions["gap"] = r.region(_table(["model", "layer", *[f"core `s={s}`" for s in strengths],
+                                          *[f"random max, `{s}×` norm" for s in strengths], "core re-centred on class midpoint",
+                                          "diff `s=1`", "core `s=1`, sg heads", "core `s=1`, pl heads"],
+                                         [_gap(docs[spec], v["gap"])[0] for spec, v in gaps]))
+    t = lambda text: _code_digits(_one_line(text))  # noqa: E731
+    examples = [f"* `{spec}`, *{t(e['prompt'])}* ({e['number']}): unsteered “{t(e['unsteered'])}” · "
+                f"core flipped “{t(e['core'])}” · diff flipped “{t(e['diff'])}” · random “{t(e['random_core_0'])}”"
+                for spec, v in models for e in v["examples"]]
+    # example texts are model output, not results: code spans keep their digits out of the number check
+    regions["examples"] = r.region("\n".join(examples))
+    regions["command"] = r.region(_command(result["budget"], list(result["models"])))
+    p = result["provenance"]
+    regions["provenance"] = r.region(
+        f"Budget `{result['budget']['name']}` (values in the JSON's `budget` block), {r.int('/budget/units_done')}/"
+        f"{r.int('/budget/units_total')} units; made `{p['date']}` at commit `{p['commit']}` on `{p['machine']['cpu']}` "
+        f"({p['machine']['device']}), wall {r.num('/provenance/wall_s')} s, {r.int('/provenance/units_run')} units computed "
+        f"in this run.")
+    return regions
+
+
+def _code_digits(text: str) -> str:
+    """Digits in free text (model output) wrapped in code spans, so they read as text, not results."""
+    return re.sub(r"(\S*\d\S*)", lambda m: "`" + m.group(1).replace("`", "'") + "`", text)
 
 
 def _command(b: dict[str, Any], models: list[str]) -> str:
@@ -291,49 +348,8 @@ def _command(b: dict[str, Any], models: list[str]) -> str:
                                      "--out docs/steering_repro.json"]) + "\n```"
 
 
-def doc_tables(result: dict[str, Any]) -> dict[str, str]:
-    """The markdown of each generated block of docs/steering.md (name -> text)."""
-    head = ["model", "run", "layer", "judged", "verb agrees", "verb flipped", "flip share (all number words)",
-            "pronoun judged", "random, same norm: flipped mean ± std", "random max", "random judged", "verdict"]
-    rows, dev, gap, gap_text, examples, reading, timing = [], [], [], [], [], [], []
-    strengths: list[str] = []
-    for spec, v in result["models"].items():
-        rows += _runs_rows(spec, v)
-        reading.append(_reading(spec, v))
-        timing.append([spec, v["n_layers"], v["unit_seconds"], v["paper_seconds_estimate"]])
-        for a in ("core", "diff"):
-            dev.append([spec, a, ", ".join(f"L{l}: {_f(s)}" for l, s in v["dev_verb_flip"][a].items()), v["dev_judged"][a]])
-        if "gap" in v:
-            g = v["gap"]
-            strengths = list(g["random"])
-            gap.append([spec, g["layer"], *[g["flip"][f"core@{s}"] for s in strengths], *[g["random"][s]["max"] for s in strengths],
-                        g["flip"]["core_mid"], g["flip"]["diff@1"], g["core_by_number"]["sg"], g["core_by_number"]["pl"]])
-            gap_text.append(_gap_reading(spec, v))
-        for e in v["examples"]:
-            examples.append(f"* {spec}, *{_one_line(e['prompt'])}* ({e['number']}): unsteered “{_one_line(e['unsteered'])}” · "
-                            f"core flipped “{_one_line(e['core'])}” · diff flipped “{_one_line(e['diff'])}” · "
-                            f"random “{_one_line(e['random_core_0'])}”")
-    b, p = result["budget"], result["provenance"]
-    out = {"command": _command(b, list(result["models"])), "runs": _table(head, rows), "reading": "\n".join(reading),
-           "dev": _table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], dev),
-           "timing": _table(["model", "layers", "compute seconds of its units (this budget)",
-                             "paper budget, estimated seconds"], timing),
-           "examples": "\n".join(examples),
-           "provenance": (f"Budget `{b['name']}` ({', '.join(f'{k}={x}' for k, x in b['values'].items())}), "
-                          f"{b['units_done']}/{b['units_total']} units; made {p['date']} at commit `{p['commit']}` on "
-                          f"{p['machine']['cpu']} ({p['machine']['device']}, {p['machine']['torch_threads']} torch "
-                          f"thread(s)), wall {p['wall_s']} s, {p.get('units_run', 0)} units computed in this run.")}
-    if gap:
-        out["gap"] = _table(["model", "layer", *[f"core s={s}" for s in strengths],
-                             *[f"random max, {s}× norm" for s in strengths], "core re-centred on class midpoint",
-                             "diff s=1", "core s=1, sg heads", "core s=1, pl heads"], gap)
-        out["gap_reading"] = "\n".join(gap_text)
-    return out
-
-
 def render(doc: str | Path, result: dict[str, Any]) -> None:
-    """Refill each `<!-- table:NAME -->` ... `<!-- /table -->` block of `doc` from `result`."""
-    from interp.storage import fill_between
+    """Refill each `<!-- gen:NAME -->` region of `doc` from `result`."""
+    from interp.studies.docs import write
 
-    for name, body in doc_tables(result).items():
-        fill_between(doc, f"<!-- table:{name} -->", "<!-- /table -->", body)
+    write(doc, doc_regions(result))

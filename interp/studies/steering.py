@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.results import Grid, Heading, result, stack
 from interp.studies import steer_real
-from interp.studies.steer_real import doc_tables
+from interp.studies.steer_real import doc_regions
 from interp.steering import (
     Axis, Generation, Steer, axis_from_contrast, axis_from_core, curve, generate, last_activations, projection,
     random_axis,
@@ -27,7 +27,7 @@ from interp.tasks import english
 
 __all__ = [
     "Comparison", "compare", "core_axis", "demo_section", "dev_prefixes", "head_number", "judge_continuation",
-    "BUDGETS", "DEFAULT_MODELS", "doc_tables", "lever", "repro", "sva_contrast",
+    "BUDGETS", "DEFAULT_MODELS", "claim", "doc_regions", "repro", "sva_contrast",
 ]
 
 
@@ -313,11 +313,16 @@ def _spread(values: list[float]) -> dict[str, Any]:
             "min": float(t.min()), "max": float(t.max())}
 
 
-def lever(flip: float, unsteered: float, randoms: list[float]) -> str:
-    """"lever": the axis flips at least half the prompts and more than every random draw and the
-    unsteered model; "weak": more than every draw and unsteered, but under half; else "not a lever"."""
-    above = flip > max(randoms, default=0.0) and flip > unsteered
-    return "lever" if above and flip >= 0.5 else "weak" if above else "not a lever"
+def claim(spec: str, axis: str, flip: float, randoms: list[float]) -> dict[str, Any]:
+    """The verdict (interp.studies.verdicts) on "flipping this axis inverts agreement in generation":
+    its flip rate against random directions of the same norm (their mean; told apart when the flip rate
+    lies outside the draws' min-max). The random draws start from the same unsteered model, so they
+    also carry the judge's floor (continuations whose first verb belongs to another noun)."""
+    from interp.studies.verdicts import judge
+
+    name = "core axis" if axis == "core" else "difference-of-means axis (comparison)"
+    return judge(f"{spec}: flipping the {name} inverts verb number beyond random axes of the same norm", flip,
+                 sum(randoms) / len(randoms), "greater", control_ci=[min(randoms), max(randoms)])
 
 
 def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
@@ -350,7 +355,7 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
         flips = [test[f"random_{a}_{i}"]["verb_flip"] for i in range(b["draws"])]
         out[f"random_{a}"] = {"verb_flip": _spread(flips), "judged": _spread([test[f"random_{a}_{i}"]["judged"]
                                                                             for i in range(b["draws"])])}
-        out[f"{a}_verdict"] = lever(test[a]["verb_flip"], test["unsteered"]["verb_flip"], flips)
+        out[f"{a}_verdict"] = claim(m.spec, a, test[a]["verb_flip"], flips)
     if gap is not None:
         core1 = test["core@1"]["completions"]
         out["gap"] = {
