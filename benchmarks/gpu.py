@@ -5,7 +5,8 @@
 * exact activation patching (every head, site z; every layer x position, resid_pre) vs
   TransformerLens `patching.get_act_patch_attn_head_out_all_pos` / `get_act_patch_resid_pre`
 * attribution patching (site z) vs TransformerLens' `attribution_patch`
-* greedy generation, unsteered and with one flip steer, vs Hugging Face `generate` (KV cache on)
+* greedy generation, unsteered and with one flip steer (the native path, interp.run.natively, and
+  the bridge's own loop), vs Hugging Face `generate` (KV cache on)
 
 Each timing is the best of --repeats after one warm-up, with torch.cuda.synchronize() around it;
 max |difference| against the reference is recorded beside each timing (bf16: expect ~1e-2).
@@ -101,9 +102,13 @@ def main() -> None:
                                                 min_new_tokens=n, do_sample=False), args.repeats, dev)
         t_plain, _ = timed(lambda: steering.generate(model, ps, (), max_new_tokens=n, stop_at_eos=False, record=False),
                            args.repeats, dev)
-        t_flip, _ = timed(lambda: steering.generate(model, ps, flip, max_new_tokens=n, stop_at_eos=False), args.repeats, dev)
+        t_flip, g = timed(lambda: steering.generate(model, ps, flip, max_new_tokens=n, stop_at_eos=False), args.repeats, dev)
+        # the bridge's own loop (every forward through TransformerLens's wrappers), for comparison
+        t_bridge, _ = timed(lambda: steering.generate(model, ps, flip, max_new_tokens=n, stop_at_eos=False, native=False),
+                            args.repeats, dev)
         rows.append({"what": f"generate {n} tokens, batch {batch}", "hf_s": t_hf, "interp_s": t_plain,
-                     "interp_steered_s": t_flip, "steered_over_hf": t_flip / t_hf})
+                     "interp_steered_s": t_flip, "steered_over_hf": t_flip / t_hf, "native": g.meta["native"],
+                     "bridge_steered_s": t_bridge, "bridge_steered_over_hf": t_bridge / t_hf})
         print(rows[-1], flush=True)
     result = {"spec": args.spec, "device": dev, "dtype": args.dtype, "n": args.n, "load_s": load_s,
               "gpu": torch.cuda.get_device_name(0) if dev.startswith("cuda") else platform.processor(),

@@ -32,11 +32,10 @@ from torch import Tensor
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import check_head, n_kv_heads
 from interp.interventions import Patch
 from interp.metrics import Metric, for_task
 from interp.results import Grid
-from interp.sites import check_tokens, position_axis, spec_of
+from interp.sites import check_head, check_tokens, n_kv_heads, position_axis, spec_of
 from interp.tasks.base import Task
 
 __all__ = ["NORMALIZED", "SITES", "Cell", "activation_patch", "attribution_patch", "cells", "path_patch"]
@@ -302,24 +301,24 @@ def attribution_patch(
             raise InterpError(f"the metric must return a finite scalar tensor, got {value!r}")
         grads = torch.autograd.grad(value, [acts[n] for n in names], allow_unused=True)
     rows = []
+    # the axes each site's score keeps: (layer,) (layer, pos) (layer, head) (layer, pos, head) (layer, head, dest)
+    keep = {"resid": (1,) if by_pos else (), "head": (1, 2) if by_pos else (2,), "pattern": (1, 2) if by_pos else (1,)}
     for name, grad in zip(names, grads):
         if grad is None:
             raise InterpError(f"{name} does not reach the metric; cannot attribute through it")
-        score = (clean_acts[name] - acts[name].detach()) * grad
-        if mode == "named":  # per name: each row's score at its own index
-            per_pos = score.sum(tuple(range(3, score.ndim))) if spec.kind == "pattern" else score.sum(-1)
-            axis = 2 if spec.kind == "pattern" else 1
-            rows_ = torch.arange(score.shape[0], device=score.device)
-            picked = [(per_pos[rows_, :, named[k].to(score.device)] if axis == 2 else per_pos[rows_, named[k].to(score.device)])
-                      .sum(0) for k in named]
-            rows.append(torch.stack(picked, -1) if axis == 2 else torch.stack(picked, 0))
+        diff = clean_acts[name] - acts[name].detach()
+        if mode != "named":  # product and sum in one contraction, never the [batch, pos, ...] product
+            letters = "abcdefgh"[: diff.ndim]
+            kept = "".join(letters[i] for i in keep.get(spec.kind, keep["pattern"]))
+            rows.append(torch.einsum(f"{letters},{letters}->{kept}", diff, grad))
             continue
-        if spec.kind == "resid":
-            rows.append(score.sum((0, 2)) if by_pos else score.sum())
-        elif spec.kind == "head":
-            rows.append(score.sum((0, 3)) if by_pos else score.sum((0, 1, 3)))
-        else:
-            rows.append(score.sum((0, 3)) if by_pos else score.sum((0, 2, 3)))
+        score = diff * grad  # per name: each row's score at its own index
+        per_pos = score.sum(tuple(range(3, score.ndim))) if spec.kind == "pattern" else score.sum(-1)
+        axis = 2 if spec.kind == "pattern" else 1
+        rows_ = torch.arange(score.shape[0], device=score.device)
+        picked = [(per_pos[rows_, :, named[k].to(score.device)] if axis == 2 else per_pos[rows_, named[k].to(score.device)])
+                  .sum(0) for k in named]
+        rows.append(torch.stack(picked, -1) if axis == 2 else torch.stack(picked, 0))
     values = torch.stack(rows).detach()
     _, axes, _ = cells(model, site, by_pos, clean.shape[1])
     labels = _labels(model, axes, clean, tuple(values.shape))
