@@ -56,6 +56,8 @@ def test_claim_uses_the_verdict_rules(flip, randoms, want):
 
     c = study.claim("m", "core", flip, randoms)
     assert c["word"] == want and c["control_ci"] == [min(randoms), max(randoms)] and rejudge({"c": c}) == []
+    unreadable = study.claim("m", "diff", flip, randoms, judged=[0.0, 0.5])  # random pushes that wreck the text
+    assert unreadable["word"] == "not run" and unreadable["effect"] is None and rejudge({"c": unreadable}) == []
 
 
 def test_framed_prompts_split_heads_and_balance_numbers(smollm2):

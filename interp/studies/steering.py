@@ -313,16 +313,26 @@ def _spread(values: list[float]) -> dict[str, Any]:
             "min": float(t.min()), "max": float(t.max())}
 
 
-def claim(spec: str, axis: str, flip: float, randoms: list[float]) -> dict[str, Any]:
+def claim(spec: str, axis: str, flip: float, randoms: list[float], judged: list[float] | None = None) -> dict[str, Any]:
     """The verdict (interp.studies.verdicts) on "flipping this axis inverts agreement in generation":
     its flip rate against random directions of the same norm (their mean; told apart when the flip rate
     lies outside the draws' min-max). The random draws start from the same unsteered model, so they
-    also carry the judge's floor (continuations whose first verb belongs to another noun)."""
+    also carry the judge's floor (continuations whose first verb belongs to another noun). When the
+    random pushes leave fewer than JUDGED_MIN of their continuations judged (on average), they cannot
+    show a flip, so they are no control: the claim is then "not run" (effect withheld, `flip` kept)."""
     from interp.studies.verdicts import judge
 
     name = "core axis" if axis == "core" else "difference-of-means axis (comparison)"
-    return judge(f"{spec}: flipping the {name} inverts verb number beyond random axes of the same norm", flip,
-                 sum(randoms) / len(randoms), "greater", control_ci=[min(randoms), max(randoms)])
+    text = f"{spec}: flipping the {name} inverts verb number beyond random axes of the same norm"
+    readable = judged is None or sum(judged) / len(judged) >= JUDGED_MIN
+    out = judge(text, flip if readable else None, sum(randoms) / len(randoms), "greater",
+                control_ci=[min(randoms), max(randoms)])
+    if not readable:
+        out["note"] = f"random pushes of this norm leave continuations the judge cannot read; flip rate {flip!r}"
+    return out
+
+
+JUDGED_MIN = 0.8  # the judged fraction a run needs (issue 26) before its flip rate counts
 
 
 def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
@@ -355,7 +365,8 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
         flips = [test[f"random_{a}_{i}"]["verb_flip"] for i in range(b["draws"])]
         out[f"random_{a}"] = {"verb_flip": _spread(flips), "judged": _spread([test[f"random_{a}_{i}"]["judged"]
                                                                             for i in range(b["draws"])])}
-        out[f"{a}_verdict"] = claim(m.spec, a, test[a]["verb_flip"], flips)
+        out[f"{a}_verdict"] = claim(m.spec, a, test[a]["verb_flip"], flips,
+                                    [test[f"random_{a}_{i}"]["judged"] for i in range(b["draws"])])
     if gap is not None:
         core1 = test["core@1"]["completions"]
         out["gap"] = {
