@@ -108,16 +108,22 @@ def test_splice_replaces_only_marked_tables():
     assert out == "intro 1.5\n<!-- table:a -->\n| x |\n|---|\n| 0.250 |\n<!-- /table -->\nmid\n<!-- table:b -->\nkeep\n<!-- /table -->\n"
 
 
-@pytest.mark.parametrize("doc", ["cores"])  # steering: tests/test_steering_study.py
-def test_doc_tables_are_rendered_from_the_committed_json(doc):
+def test_cores_doc_is_rendered_from_the_committed_json():
+    """Every generated region of docs/cores.md is what the committed JSON renders, each number names its key,
+    and the hand-written prose holds no result number."""
     import json
     from pathlib import Path
 
-    from interp.studies import ace_docs
+    from interp.studies import ace_docs, docs
+    from interp.studies.verdicts import rejudge
 
     root = Path(__file__).resolve().parents[1] / "docs"
-    result = json.loads((root / f"{doc}_repro.json").read_text())
-    tables = ace_docs.cores_tables(result)
-    md = (root / f"{doc}.md").read_text()
-    assert ace_docs.splice(md, tables) == md  # the doc already holds exactly what the JSON renders
-    assert all(f"<!-- table:{name} -->" in md for name in tables)
+    result = json.loads((root / "cores_repro.json").read_text())
+    md = (root / "cores.md").read_text()
+    regions = ace_docs.cores_regions(result)
+    found = {name: body for name, body, _ in docs.regions(md)}
+    assert set(found) == set(regions)
+    for name, body in regions.items():
+        assert md.count(body) == 1, name  # the doc holds exactly what the JSON renders
+    assert docs.check(md, result) == [] and docs.prose_numbers(md, result) == []
+    assert rejudge(result) == []  # every verdict word follows from its numbers

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import interp
-from interp.cores import controls, extract, validate
+from interp.cores import Core, controls, extract, validate
 from interp.errors import InterpError
 from interp.studies import ace_docs, ace_real
 from interp.studies import cores as cores_study
@@ -94,7 +94,7 @@ def test_core_verdict_counts_random_draws_that_match_the_core(lm):
     assert only["random_beats_core"] == 0 and v["sufficient"]
     # a core that is a random plane itself is matched by its own control in about half the draws
     blind = extract(lm, task, site="blocks.3.hook_resid_post", method="pca", k=1)
-    rand = cores_study.Core(torch.linalg.qr(torch.randn(blind.d_model, 1, generator=torch.Generator().manual_seed(5)))[0],
+    rand = Core(torch.linalg.qr(torch.randn(blind.d_model, 1, generator=torch.Generator().manual_seed(5)))[0],
                             blind.mean, blind.spectrum, blind.site, "pca", {})
     v = ace_real.core_verdict(validate(lm, rand, task, n_random=20, progress=False))
     assert v["logit_diff"]["core_only"]["random_beats_core"] >= 3 and not v["sufficient"]

@@ -25,8 +25,8 @@ from interp.sites import check_hook_names, hook_name
 from interp.tasks.base import Task
 
 __all__ = [
-    "INTERVENTIONS", "activations", "align", "align_coordinates", "extract", "fit_operator", "fourier_power", "gradients",
-    "matched_activations", "operator_from", "score_operator", "sequence_coordinates", "transfer", "validate",
+    "INTERVENTIONS", "activations", "align", "align_coordinates", "both_metrics", "extract", "fit_operator", "fourier_power", "gradients",
+    "matched_activations", "operator_from", "resolve_site", "score_operator", "sequence_coordinates", "transfer", "validate",
 ]
 
 Method = Literal["ace", "pca", "diff_means", "das"]
@@ -35,7 +35,7 @@ INTERVENTIONS = ("full", "core_only", "core_removed", "core_flipped")
 BATCH = 256
 
 
-def _site(model, site: str, layer: int | None = None) -> str:
+def resolve_site(model, site: str, layer: int | None = None) -> str:
     """The full hook name of `site` (a short name with `layer`, or a full hook name) in `model`;
     InterpError naming the nearest valid ones otherwise."""
     name = hook_name(site, layer)
@@ -71,7 +71,7 @@ def activations(
 ) -> Float[Tensor, "batch d_model"]:
     """Activations at `site` (a short name with `layer`, or a full hook name) at each example's
     answer position, on the CPU."""
-    site = _site(model, site, layer)
+    site = resolve_site(model, site, layer)
     out = []
     for start in range(0, len(task), batch_size):
         part = task[start : start + batch_size].to(_device(model))
@@ -97,7 +97,7 @@ def gradients(
     so the gradient of the sum of per-example outputs is each example's own gradient in its row.
     Gradient rows are ordered example-major (example i's c outputs are rows i*c .. i*c+c-1).
     """
-    site = _site(model, site, layer)
+    site = resolve_site(model, site, layer)
     cands = _candidates(task)
     acts, grads = [], []
     for start in range(0, len(task), batch_size):
@@ -162,7 +162,7 @@ def extract(
     (16 by default: a core is compact, and far down a d_model-long spectrum the ratios of tiny
     singular values make spurious gaps; pass max_k=None to search the whole spectrum).
     """
-    site = _site(model, site, layer)
+    site = resolve_site(model, site, layer)
     d = model.cfg.d_model
     _check_k(k, d, site)
     if method not in ("ace", "pca", "diff_means", "das"):
@@ -234,7 +234,7 @@ def _das(model, task: Task, site: str, k: int | None, x: Tensor, meta: dict, epo
 # validation
 
 
-def _both_metrics(task: Task) -> Callable[[Tensor], Tensor]:
+def both_metrics(task: Task) -> Callable[[Tensor], Tensor]:
     """logits -> {logit_diff, binary_accuracy} means: both from one pass of `run.evaluate`."""
     args = (task.correct, task.incorrect, task.answer_pos)
     return lambda logits: {"logit_diff": logit_diff(logits, *args).float().mean(),
@@ -256,7 +256,7 @@ def validate(
     Every (intervention, basis) pair is one `Project` variant of `interp.run.evaluate`, so they
     run side by side in batched forwards that begin at the core's block and first answer position.
     """
-    _site(model, core.site)
+    resolve_site(model, core.site)
     if core.d_model != model.cfg.d_model:
         raise InterpError(f"core has d_model={core.d_model} but the model has d_model={model.cfg.d_model}")
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 1:
@@ -265,7 +265,7 @@ def validate(
     bases = [core.basis] + [linalg.random_basis(core.d_model, core.k, seed + i) for i in range(n_random)]
     variants = [[]] + [[Project(core.site, b, core.mean, mode, positions=task.answer_pos)]
                        for mode in INTERVENTIONS[1:] for b in bases]
-    measured = run.evaluate(model, task.clean, variants, _both_metrics(task),
+    measured = run.evaluate(model, task.clean, variants, both_metrics(task),
                             variants_per_forward=variants_per_forward, answer_pos=task.answer_pos,
                             progress=progress, desc="validate")
     # measured: [1 + modes * (1 + n_random), metric]
@@ -311,7 +311,7 @@ def sequence_coordinates(
     model, core: Core, tokens: Int[Tensor, "batch pos"], *, batch_size: int = BATCH
 ) -> Float[Tensor, "batch pos k"]:
     """Core coordinates at every position of `tokens` (all rows the same length, no padding)."""
-    site = _site(model, core.site)
+    site = resolve_site(model, core.site)
     out = []
     for start in range(0, tokens.shape[0], batch_size):
         _, acts = run.cache(model, tokens[start : start + batch_size].to(_device(model)), [site])
@@ -459,8 +459,8 @@ def align(
     R² (in sample and two-fold held out), canonical correlations, and principal angles between
     the bases when the two models have the same width.
     """
-    _site(model_a, core_a.site)
-    _site(model_b, core_b.site)
+    resolve_site(model_a, core_a.site)
+    resolve_site(model_b, core_b.site)
     xa, xb = matched_activations(model_a, model_b, prompts, core_a.site, core_b.site)
     za, zb = core_a.coordinates(xa), core_b.coordinates(xb)
     m, b, r2, r2_cv, rho = align_coordinates(za, zb, method=method, ridge=ridge)

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from interp import run
 from interp.cores import linalg
-from interp.cores.analysis import _both_metrics, _site, gradients, operator_from
+from interp.cores.analysis import both_metrics, gradients, operator_from, resolve_site
 from interp.cores.results import Core
 from interp.errors import InterpError
 from interp.interventions import Project
@@ -71,7 +71,7 @@ def match_eigenvalues(found: Tensor, true: Tensor) -> tuple[list, float]:
 
 def sequence_activations(model, site: str, tokens: Tensor, *, batch_size: int = 256) -> Tensor:
     """[batch, pos, d] activations at `site` at every position (rows without padding), on the CPU."""
-    site = _site(model, site)
+    site = resolve_site(model, site)
     out = []
     for start in range(0, tokens.shape[0], batch_size):
         _, acts = run.cache(model, tokens[start : start + batch_size].to(model.cfg.device), [site])
@@ -159,11 +159,11 @@ def heldout_k(model, core: Core, task: Task, *, fraction: float = 0.99) -> dict[
     """k read off held-out rows: the core-only logit difference on `task` for each truncation
     core.truncated(j), j = 1..core.k (one batched `run.evaluate`), and the smallest j reaching
     `fraction` of the best. Pass a core extracted with a generous k (e.g. k=16)."""
-    _site(model, core.site)
+    resolve_site(model, core.site)
     task = task.to(model.cfg.device)
     variants = [[]] + [[Project(core.site, core.basis[:, :j], core.mean, "core_only", positions=task.answer_pos)]
                        for j in range(1, core.k + 1)]
-    measured = run.evaluate(model, task.clean, variants, _both_metrics(task), answer_pos=task.answer_pos, progress=False)
+    measured = run.evaluate(model, task.clean, variants, both_metrics(task), answer_pos=task.answer_pos, progress=False)
     ld = [float(v) for v in measured[1:, 0]]
     best = max(ld)
     k = next(j + 1 for j, v in enumerate(ld) if v >= fraction * best) if best > 0 else None
