@@ -9,6 +9,13 @@ Short names (the `SITES` table): resid_pre, resid_mid, resid_post, attn_out, mlp
 width, [batch, pos, d_model]); z, q, k, v (per head, [batch, pos, head, d_head]; k and v carry
 key/value heads on grouped-query models); pattern, attn_scores ([batch, head, dest, src]). Any
 other hook name of the model (hook_embed, blocks.L.mlp.hook_post, ...) is accepted in full.
+
+Words, one meaning each: a *site* is a hook point (above); a site's *kind* is the layout of its
+activation (resid: [batch, pos, d_model]; head: [batch, pos, head, d_head]; pattern: [batch, head,
+dest, src]; other). A circuit graph's node has a *role* (interp.circuits.graph), not a kind.
+
+The checks of layers, heads and token ids live here too, beside the vocabulary they check, so
+code that only checks shapes never needs interp.hooks.
 """
 
 from __future__ import annotations

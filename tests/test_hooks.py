@@ -3,7 +3,8 @@ import torch
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import check_head, check_layer, hooks
+from interp.hooks import hooks
+from interp.sites import check_head, check_layer
 from interp.interventions import Mask
 
 Z = "blocks.1.attn.hook_z"

@@ -13,8 +13,7 @@ from torch import Tensor
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import check_head, kv_head_of
-from interp.sites import hook_name
+from interp.sites import check_head, hook_name, kv_head_of
 from interp.tasks.base import Task
 
 __all__ = [

@@ -21,13 +21,12 @@ from jaxtyping import Float
 from torch import Tensor
 
 from interp.errors import InterpError
-from interp.hooks import kv_head_of
 from interp.results import result
 from interp.simplify.core import (
     HeadSpec, Rows, collect, fit_meta, heads_of, kmeans_centroids, kv_heads_of, nearest, onehot_scores,
     project, qk_site, svd_basis,
 )
-from interp.sites import hook_name, layer_of
+from interp.sites import hook_name, kv_head_of, layer_of
 from interp.tasks.base import Task
 
 __all__ = [

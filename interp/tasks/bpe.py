@@ -262,6 +262,22 @@ def _templates_arg(templates: Sequence[str | int] | None, default: Sequence[str]
 # IOI
 
 
+def _ioi_fillers(model, src: Source, places, objects) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The single-token places and objects of an ioi task (given, or the defaults this tokenizer has)."""
+    places = single_token_words(model, PLACES) if places is None else _require_single(src, places, "places")
+    objects = single_token_words(model, OBJECTS) if objects is None else _require_single(src, objects, "objects")
+    if not places or not objects:
+        raise InterpError("no single-token places or objects for this tokenizer")
+    return places, objects
+
+
+def _check_ioi_slots(texts: Sequence[str]) -> None:
+    for t in texts:
+        missing = {"A", "B", "S"} - set(_SLOT.findall(t))
+        if missing or set(_SLOT.findall(t)) - {"A", "B", "S", "P", "O"}:
+            raise InterpError(f"template {t!r} needs slots ' {{A}}', ' {{B}}', ' {{S}}' (optional ' {{P}}', ' {{O}}')")
+
+
 def ioi(
     model: Any,
     n: int = 32,
@@ -302,15 +318,9 @@ def ioi(
             f"split {split!r} has {len(pool)} single-token names ({', '.join(pool) or 'none'}); "
             f"it needs at least {need}"
         )
-    places = single_token_words(model, PLACES) if places is None else _require_single(src, places, "places")
-    objects = single_token_words(model, OBJECTS) if objects is None else _require_single(src, objects, "objects")
-    if not places or not objects:
-        raise InterpError("no single-token places or objects for this tokenizer")
+    places, objects = _ioi_fillers(model, src, places, objects)
     texts, given = _templates_arg(templates, IOI_TEMPLATES, "templates")
-    for t in texts:
-        missing = {"A", "B", "S"} - set(_SLOT.findall(t))
-        if missing or set(_SLOT.findall(t)) - {"A", "B", "S", "P", "O"}:
-            raise InterpError(f"template {t!r} needs slots ' {{A}}', ' {{B}}', ' {{S}}' (optional ' {{P}}', ' {{O}}')")
+    _check_ioi_slots(texts)
     frames, _ = _one_length(src, texts, given, "templates")
     orders = {"abba": ("ABBA",), "baba": ("BABA",)}.get(split.removesuffix("_heldout"), ("ABBA", "BABA"))
     rng = random.Random(f"bpe/ioi/{split}/{seed}")
@@ -352,6 +362,26 @@ def ioi(
 # SVA
 
 
+def _sva_frames(src: Source, kind: str, prepositions, transitive):
+    """(frames of one token length, a label per frame (its preposition), inner verb pairs) of an
+    sva construction: "none" (The N), "pp" (The N PREP the M), "rc" (The N that the M V)."""
+    inner: tuple[tuple[str, str], ...] = ()
+    if kind == "none":
+        frames, _ = _one_length(src, ["The {N}"], True, "sva")
+        return frames, [None], inner
+    if kind == "pp":
+        preps, given = (list(PREPOSITIONS), False) if prepositions is None else (list(prepositions), True)
+        if given and (bad := [p for p in preps if not p or "{" in p or p != p.strip()]):
+            raise InterpError(f"prepositions: {bad[0]!r} must be a non-empty phrase without braces or outer spaces")
+        frames, keep = _one_length(src, [f"The {{N}} {p} the {{M}}" for p in preps], given, "prepositions")
+        return frames, [preps[i] for i in keep], inner
+    inner = _pairs(src, TRANSITIVE) if transitive is None else _require_pairs(src, transitive, "transitive")
+    if not inner:
+        raise InterpError("sva: no single-token transitive verb pairs for this tokenizer")
+    frames, _ = _one_length(src, ["The {N} that the {M} {V}"], True, "sva")
+    return frames, [None], inner
+
+
 def sva(
     model: Any,
     n: int = 32,
@@ -387,23 +417,7 @@ def sva(
     attractors = animate if kind == "rc" else heads
     if len(heads) < 2 or len(attractors) < 2:
         raise InterpError(f"sva: only {len(heads)} single-token noun pairs for this tokenizer; need at least 2")
-    inner: tuple[tuple[str, str], ...] = ()
-    if kind == "none":
-        texts = ["The {N}"]
-        frames, _ = _one_length(src, texts, True, "sva")
-        labels = [None]
-    elif kind == "pp":
-        preps, given = (list(PREPOSITIONS), False) if prepositions is None else (list(prepositions), True)
-        if given and (bad := [p for p in preps if not p or "{" in p or p != p.strip()]):
-            raise InterpError(f"prepositions: {bad[0]!r} must be a non-empty phrase without braces or outer spaces")
-        frames, keep = _one_length(src, [f"The {{N}} {p} the {{M}}" for p in preps], given, "prepositions")
-        labels = [preps[i] for i in keep]
-    else:
-        inner = _pairs(src, TRANSITIVE) if transitive is None else _require_pairs(src, transitive, "transitive")
-        if not inner:
-            raise InterpError("sva: no single-token transitive verb pairs for this tokenizer")
-        frames, _ = _one_length(src, ["The {N} that the {M} {V}"], True, "sva")
-        labels = [None]
+    frames, labels, inner = _sva_frames(src, kind, prepositions, transitive)
     match = split.endswith("_match")
     rng = random.Random(f"bpe/sva/{split}/{seed}")
     rows = []
