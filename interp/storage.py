@@ -129,7 +129,8 @@ def _lookup(name: str) -> type:
     if tag not in _REGISTRY and tag in HOMES:
         importlib.import_module(HOMES[tag])  # registers the type
     if tag not in _REGISTRY:
-        raise InterpError(f"the file holds a result of unknown type {name!r}; known: {', '.join(sorted(HOMES))}")
+        raise InterpError(f"the file holds a result of type {name!r}, which no imported module registers; import the "
+                          "module that defines it first (interp's own types load by themselves: interp.storage.HOMES)")
     return _REGISTRY[tag]
 
 

@@ -90,3 +90,21 @@ def test_new_files_carry_the_short_tag_and_a_moved_class_still_loads(tmp_path):
             storage.result(Other, tag="PlantedPoint")
     finally:
         storage._REGISTRY.pop("PlantedPoint", None)
+
+
+def test_an_unknown_type_is_refused_in_a_short_sentence(tmp_path):
+    from dataclasses import dataclass
+
+    from interp import storage
+    from interp.errors import InterpError
+
+    @storage.result(tag="PlantedGone")
+    @dataclass(frozen=True)
+    class Gone:
+        x: int
+
+    storage.save(Gone(1), tmp_path / "g.safetensors")
+    del storage._REGISTRY["PlantedGone"]
+    with pytest.raises(InterpError, match="type 'PlantedGone', which no imported module registers; import") as err:
+        storage.load(tmp_path / "g.safetensors")
+    assert len(str(err.value)) < 300
