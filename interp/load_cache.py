@@ -5,7 +5,7 @@
 same weights, TransformerLens version and flags. `processed_weights_cache(folder)` wraps that one
 call for the body of a load: the first load writes what it returns to
 $INTERP_CACHE/processed/<weights hash>-<dtype>.safetensors (atomically, beside its final name); a
-later load reads it back memory-mapped instead of recomputing. The file's metadata holds the whole
+later load reads it back (memory-mapped, then copied once into ordinary memory) instead of recomputing. The file's metadata holds the whole
 key (the weights' sha256, TransformerLens / transformers / torch versions, the processing flags and
 the names, shapes and dtypes handed in); a file whose key differs (another TL version, other flags)
 is not read: a one-line note says so and it is rebuilt.
@@ -124,7 +124,9 @@ def _read(path: Path, key: dict[str, Any], device: torch.device) -> dict[str, to
         _note(f"processed-weight cache {path.name} was written for other {', '.join(differ)}; rebuilding")
         return None
     tensors = load_file(str(path), device=str(device))  # memory-mapped on CPU
-    return {k: tensors[k] for k in order}
+    # copied once into ordinary memory: weights left in file-backed pages made batch-1 generation
+    # ~7 % slower in one measurement (8.37 s against 7.85 s; small pages, and evictable)
+    return {k: tensors[k].clone() if device.type == "cpu" else tensors[k] for k in order}
 
 
 def _write(path: Path, key: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
