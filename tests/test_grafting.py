@@ -128,6 +128,27 @@ def test_downstream_and_upstream_scores_match_finite_differences(tiny, delta, im
         assert abs((d_new - d_old) - got) < 1e-3 * max(1.0, abs(got)), ("upstream", unit, d_new - d_old, got)
 
 
+def test_upstream_over_several_counterfactual_people_is_the_mean_of_each(tiny, delta, implications):
+    rot = lambda k: grafting.Facts(f"cf{k}", implications.template, PEOPLE[k:] + PEOPLE[:k], LANGS[k:] + LANGS[:k], LANGS)  # noqa: E731
+    each = [grafting.extractive_scores(tiny, delta, implications, counterfactual=rot(k)) for k in (1, 2, 3)]
+    both = grafting.extractive_scores(tiny, delta, implications, counterfactuals=3)
+    mean = sum(s.upstream.values for s in each) / 3
+    assert torch.allclose(both.upstream.values, mean, atol=1e-5) and both.upstream.meta["counterfactuals"] == 3
+    assert torch.allclose(both.informative.values, each[0].informative.values)  # only the upstream score reads them
+    assert not torch.allclose(each[0].upstream.values, each[1].upstream.values)
+    with pytest.raises(InterpError, match="counterfactual people"):
+        grafting.extractive_scores(tiny, delta, implications, counterfactuals=len(PEOPLE))
+
+
+def test_invented_relation_and_word_model_vocabulary(tmp_path):
+    model = interp.load(interp.build_tiny("llama", tmp_path / "words", words=grafting.vocabulary(), seed=0, n_layers=1))
+    facts, impl = grafting.first_hop(model, 4, relation="dax")
+    assert facts.template == grafting.RELATIONS["dax"][0] and impl.answers[0] in impl.options
+    assert grafting.encode(model, impl).tokens.ne(1).all()  # no [UNK]: every word is in the vocabulary
+    with pytest.raises(InterpError, match="relation"):
+        grafting.first_hop(model, 4, relation="zong")
+
+
 def test_scores_render_and_save(tiny, delta, implications, tmp_path):
     from interp import plot
 

@@ -1,6 +1,7 @@
 """The IOI circuit study: EAP, EAP-IG and exact edge patching on the zoo IOI models and SmolLM2.
 
-    python -m interp.circuits.study [--model SPEC ...] [--out docs/circuits_repro.json] [--doc docs/circuits.md]
+    interp repro circuits --budget quick|cpu|paper [--set key=value ...] [--units DIR] --out docs/circuits_repro.json
+    python -m interp.circuits.study --render --doc docs/circuits.md --out docs/circuits_repro.json
 
 Per model: edge scores by EAP, EAP-IG (5 steps) and exact edge patching (every edge on the zoo
 models, a seeded random sample on SmolLM2), their Pearson and Spearman correlations with the exact
@@ -8,7 +9,10 @@ scores, the faithfulness curve of the EAP-IG circuit (mean and resample ablation
 edges recovering 80 / 90 %, and the top heads, each described by what Wang et al. (2022) used to
 name the IOI classes: attention from the final position to the indirect object (name movers) and
 to the repeated subject S2 (S-inhibition), and the duplicate-token, induction and previous-token
-scores of `interp.lens.head_scores`. `render(result)` writes the doc's tables from the JSON.
+scores of `interp.lens.head_scores`. Each model is one unit of interp.studies.units (keyed by its
+resolved configuration), so a rerun computes only the missing models. The claim read against a
+control: EAP-IG ranks edges like exact patching better than EAP does (Hanna et al. 2024), judged on a
+bootstrap over edges of the Spearman difference. `regions(result)` renders the doc from the JSON.
 """
 
 from __future__ import annotations
@@ -30,17 +34,44 @@ from interp.circuits.exact import exact
 from interp.circuits.graph import Graph
 from interp.circuits.pipeline import is_zoo_english, task_for
 from interp.errors import InterpError
-from interp.storage import fill_between, write_text_atomic
+from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
+from interp.studies.verdicts import judge
 
-__all__ = ["DEFAULT_MODELS", "demo_section", "head_roles", "model_study", "render", "repro", "write_doc"]
+__all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "main", "model_study", "regions", "repro", "spearman_gap", "write_doc"]
 
 DEFAULT_MODELS = ("zoo:lm-gpt2", "zoo:lm-llama", "zoo:lm-qwen2", "zoo:lm-gemma2", "smollm2-135m")
 ROLE_THRESHOLD = 0.3  # attention / detector score above which a head is given a Wang et al. role
+STUDY, VERSION = "circuits", 2  # 2: units, budgets, the bootstrap of the EAP-IG vs EAP agreement
+# n_zoo / n_real: IOI prompts on zoo / real models; exact_zoo / exact_real: edges patched exactly (0: every
+# edge), a seeded random sample otherwise; steps: EAP-IG interpolation steps; boot: resamples of edges.
+# "paper" is this study's full scale (every model, every zoo edge exact), not a copy of one paper's run.
+BUDGETS: dict[str, dict[str, Any]] = {
+    "quick": {"models": ["zoo:lm-llama"], "n_zoo": 8, "n_real": 4, "exact_zoo": 40, "exact_real": 20, "steps": 2, "seed": 0,
+              "boot": 200},
+    "cpu": {"models": list(DEFAULT_MODELS[:4]), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 200, "steps": 5,
+            "seed": 0, "boot": 1000},
+    "paper": {"models": list(DEFAULT_MODELS), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 200, "steps": 5,
+              "seed": 0, "boot": 1000},
+}
 
 
 def _corr(a: Graph, b: Graph) -> dict[str, float]:
     x, y = a.scores.double().numpy(), b.scores.double().numpy()
     return {"pearson": round(float(pearsonr(x, y)[0]), 4), "spearman": round(float(spearmanr(x, y)[0]), 4)}
+
+
+def spearman_gap(eap_: Graph, eap_ig_: Graph, exact_: Graph, boot: int, seed: int) -> dict[str, Any]:
+    """Spearman(EAP-IG, exact) - Spearman(EAP, exact) over the exactly patched edges, with its 2.5-97.5 %
+    interval from `boot` resamples of the edges (the same resample for both)."""
+    x, y, z = (g.scores.double().numpy() for g in (eap_ig_, eap_, exact_))
+    gen = torch.Generator().manual_seed(seed)
+    gaps = []
+    for _ in range(boot):
+        i = torch.randint(len(z), (len(z),), generator=gen).numpy()
+        gaps.append(float(spearmanr(x[i], z[i])[0]) - float(spearmanr(y[i], z[i])[0]))
+    gaps = torch.tensor(gaps).nan_to_num(0.0)
+    return {"gap": float(spearmanr(x, z)[0]) - float(spearmanr(y, z)[0]),
+            "ci": [float(gaps.quantile(0.025)), float(gaps.quantile(0.975))], "boot": boot}
 
 
 def head_roles(model, task, heads: list[tuple[int, int]]) -> list[dict[str, Any]]:
@@ -91,7 +122,7 @@ def _fwd_bwd_seconds(model, task) -> float:
 
 
 def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, steps: int = 5, seed: int = 0,
-                progress: bool = True) -> dict[str, Any]:
+                progress: bool = True, boot: int = 1000) -> dict[str, Any]:
     """The study on one model (see the module docstring); zoo models: n=64 and every edge exact;
     real models: n=8 and 200 sampled edges exact."""
     from interp.model import load
@@ -107,7 +138,7 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
     except InterpError as err:  # e.g. post-norm blocks: recorded, not hidden
         return {**out, "refused": str(err)}
     gi = eap_ig(model, task, steps=steps, progress=progress)
-    if n_exact is None and zoo:
+    if (n_exact is None or n_exact == 0 or n_exact >= len(g)) and zoo:
         sample = g
     else:
         k = min(len(g), n_exact or 200)
@@ -125,6 +156,7 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
         "seconds": {"eap": round(g.meta["seconds"], 2), "eap_ig": round(gi.meta["seconds"], 2),
                     "exact": round(x.meta["seconds"], 2), "forward_backward": round(fb, 3)},
         "correlation": {"eap": _corr(g.select(idx), x), "eap_ig": _corr(gi.select(idx), x)},
+        "spearman_gap": spearman_gap(g.select(idx), gi.select(idx), x, boot, seed),
         "faithfulness": {a: _curve(model, task, gi, a, progress) for a in ("mean", "resample")},
         "top_heads": [{"score": round(v, 4), **r} for (w, v), r in
                       zip(top, head_roles(model, task, [(w["layer"], w["head"]) for w, _ in top]))],
@@ -135,12 +167,39 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
     return out
 
 
-def repro(progress: bool = True, models: list[str] | None = None) -> dict[str, Any]:
+def _config(spec: str, b: dict[str, Any]) -> dict[str, Any]:
+    zoo = spec.startswith("zoo:")
+    return {"model": spec, "n": b["n_zoo"] if zoo else b["n_real"], "n_exact": b["exact_zoo"] if zoo else b["exact_real"],
+            "steps": b["steps"], "seed": b["seed"], "boot": b["boot"]}
+
+
+def repro(progress: bool = True, models: list[str] | None = None, budget: str = "quick",
+          overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
+    """`interp repro circuits` at `budget` (BUDGETS with `overrides`; `models` replaces the budget's):
+    one unit per model (stored under `units`, default $INTERP_CACHE/studies/circuits), the verdict of
+    the EAP-IG-vs-EAP claim per model, the budget and the run's provenance."""
     start = time.perf_counter()
-    res = {"threshold": ROLE_THRESHOLD, "models": {}}
-    for spec in tqdm(list(models or DEFAULT_MODELS), desc="circuit models", disable=not progress):
-        res["models"][spec] = model_study(spec, progress=progress)
-    res["seconds"] = round(time.perf_counter() - start, 1)
+    b = resolve_budget(BUDGETS, budget, overrides)
+    if models:
+        b["models"] = list(models)
+    store = Units(STUDY, units, version=VERSION)
+    configs = [_config(spec, b) for spec in b["models"]]
+    res: dict[str, Any] = {"threshold": ROLE_THRESHOLD, "models": {}, "verdicts": {}}
+    for c in tqdm(configs, desc="circuit models", disable=not progress):
+        kw = {k: v for k, v in c.items() if k != "model"}
+        m = res["models"][c["model"]] = store.run(c, lambda c=c, kw=kw: model_study(c["model"], progress=progress, **kw))
+        if "refused" not in m:
+            gap = m["spearman_gap"]
+            res["verdicts"][c["model"]] = judge(
+                "EAP-IG ranks edges like exact patching better than EAP (Spearman, bootstrap over edges)",
+                m["correlation"]["eap_ig"]["spearman"], m["correlation"]["eap"]["spearman"], "greater", diff_ci=gap["ci"])
+    done, total = store.count(configs)
+    full = BUDGETS["paper"]
+    fraction = sum(min(1.0, _config(s, b)["n"] / _config(s, full)["n"]) for s in b["models"] if s in full["models"]) / len(full["models"])
+    res["budget"] = budget_record(budget, b, fraction, done, total)
+    res["budgets"] = BUDGETS
+    res["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, done, total, units_run=store.ran,
+                                   units_s={c["model"]: store.seconds(c) for c in configs})
     return res
 
 
@@ -168,98 +227,97 @@ def demo_section(workdir: Path) -> list:
     ]
 
 
-def _fmt(x: Any) -> str:
-    return "–" if x is None else f"{x:g}" if isinstance(x, (int, float)) else str(x)
+COMMAND = "interp repro circuits --budget {name} --out docs/circuits_repro.json"
+RENDER = "python -m interp.circuits.study --render --doc docs/circuits.md --out docs/circuits_repro.json"
 
 
-def render(result: dict[str, Any]) -> str:
-    """The doc's result tables (markdown), every number read from `result`."""
+def _run_region(r, d: dict[str, Any]) -> str:
+    b, prov = d["budget"], d["provenance"]
+    lines = [f"The committed numbers: budget `{b['name']}`, made by `{COMMAND.format(name=b['name'])}` then `{RENDER}`; "
+             f"{r.num('/budget/paper_fraction')} of this study's `paper` budget (its full scale: every model, every zoo "
+             f"edge exact), {r.int('/budget/units_done')} of {r.int('/budget/units_total')} model units. Run `{prov['date']}` "
+             f"in {r.num('/provenance/wall_s')} s ({r.int('/provenance/units_run')} units computed by this run) on "
+             f"`{prov['machine']['cpu']}`, {r.int('/provenance/machine/cpus')} CPUs shared with other jobs, "
+             f"{r.int('/provenance/machine/torch_threads')} torch threads, commit `{prov['commit']}`. Per model unit: "
+             + "; ".join(f"`{k}` {r.num(f'/provenance/units_s/{k}')} s" for k in prov["units_s"]) + ".",
+             f"The `paper` budget: `{COMMAND.format(name='paper')}` (resumable; it adds `smollm2-135m` with a sample of "
+             "exactly patched edges). Its SmolLM2 unit is estimated from the stored per-model seconds of the zoo units and the "
+             "forward + backward times in the timing table, not measured here. *GPU: not measured (no GPU was lent to this "
+             "session); every method here is a batched forward/backward, so a GPU's time is bounded below by the "
+             "forward + backward column divided by the GPU's speed-up on a model this small.*"]
+    return r.region("\n\n".join(lines))
+
+
+def regions(result: dict[str, Any]) -> dict[str, str]:
+    """The doc's generated regions, every number read from `result` through interp.studies.docs.Render."""
+    from interp.studies.docs import Render, pointer
+
+    r = Render(result)
+    run = _run_region(r, result)  # each region closes (r.region) before the next one's numbers are made
     ok = {k: v for k, v in result["models"].items() if "refused" not in v}
+    P = lambda spec, *k: pointer("models", spec, *k)  # noqa: E731
     lines = ["| model | layers × heads (KV) | n | clean | corrupt | edges | exact edges | EAP r / ρ | EAP-IG r / ρ |",
              "|---|---|---|---|---|---|---|---|---|"]
     for spec, m in ok.items():
-        c = m["correlation"]
-        lines.append(f"| {spec} | {m['n_layers']} × {m['n_heads']} ({m['n_kv_heads']}) | {m['n']} | {_fmt(m['clean_metric'])} "
-                     f"| {_fmt(m['corrupt_metric'])} | {m['edges']} | {m['exact_edges']} | {_fmt(c['eap']['pearson'])} / "
-                     f"{_fmt(c['eap']['spearman'])} | {_fmt(c['eap_ig']['pearson'])} / {_fmt(c['eap_ig']['spearman'])} |")
-    lines += ["", "| model | mean: 80 % | mean: 90 % | mean: empty circuit | resample: 80 % | resample: 90 % |",
-              "|---|---|---|---|---|---|"]
+        c = lambda meth, k: r.num(P(spec, "correlation", meth, k))  # noqa: E731
+        lines.append(f"| `{spec}` | {r.int(P(spec, 'n_layers'))} × {r.int(P(spec, 'n_heads'))} ({r.int(P(spec, 'n_kv_heads'))}) | "
+                     f"{r.int(P(spec, 'n'))} | {r.num(P(spec, 'clean_metric'))} | {r.num(P(spec, 'corrupt_metric'))} | "
+                     f"{r.int(P(spec, 'edges'))} | {r.int(P(spec, 'exact_edges'))} | {c('eap', 'pearson')} / {c('eap', 'spearman')} | "
+                     f"{c('eap_ig', 'pearson')} / {c('eap_ig', 'spearman')} |")
+    tables = r.region("\n".join(lines))
+    lines = ["| model | mean ablation: edges for `80 %` | for `90 %` | empty circuit recovers | resample ablation: edges for `80 %` | for `90 %` |",
+             "|---|---|---|---|---|---|"]
+    f = lambda spec, a, k: "–" if ok[spec]["faithfulness"][a][k] is None else r.int(P(spec, "faithfulness", a, k))  # noqa: E731
     for spec, m in ok.items():
-        f, r = m["faithfulness"]["mean"], m["faithfulness"]["resample"]
-        lines.append(f"| {spec} | {_fmt(f['edges_80'])} | {_fmt(f['edges_90'])} | {_fmt(f['empty_recovered'])} "
-                     f"| {_fmt(r['edges_80'])} | {_fmt(r['edges_90'])} |")
-    lines += ["", "| model | EAP s | EAP-IG (5 steps) s | exact s | one forward + backward s |", "|---|---|---|---|---|"]
+        lines.append(f"| `{spec}` | {f(spec, 'mean', 'edges_80')} | {f(spec, 'mean', 'edges_90')} | "
+                     f"{r.num(P(spec, 'faithfulness', 'mean', 'empty_recovered'))} | {f(spec, 'resample', 'edges_80')} | "
+                     f"{f(spec, 'resample', 'edges_90')} |")
+    faith = r.region("\n".join(lines))
+    lines = ["| model | EAP s | EAP-IG s | exact s | one forward + backward s |", "|---|---|---|---|---|"]
+    for spec in ok:
+        t = lambda k: r.num(P(spec, "seconds", k))  # noqa: E731
+        lines.append(f"| `{spec}` | {t('eap')} | {t('eap_ig')} | {t('exact')} | {t('forward_backward')} |")
+    timing = r.region("\n".join(lines))
+    heads = []
     for spec, m in ok.items():
-        s = m["seconds"]
-        lines.append(f"| {spec} | {_fmt(s['eap'])} | {_fmt(s['eap_ig'])} | {_fmt(s['exact'])} | {_fmt(s['forward_backward'])} |")
-    for spec, m in ok.items():
-        lines += ["", f"Top heads of {spec} (EAP-IG, summed |edge score|):", "",
+        heads += ["", f"Top heads of `{spec}` (EAP-IG, summed |edge score|):", "",
                   "| head | score | END→IO | END→S1 | END→S2 | duplicate | induction | previous | roles |",
                   "|---|---|---|---|---|---|---|---|---|"]
-        for h in m["top_heads"]:
-            lines.append(f"| {h['head']} | {_fmt(h['score'])} | {_fmt(h['end_to_io'])} | {_fmt(h['end_to_s1'])} "
-                         f"| {_fmt(h['end_to_s2'])} "
-                         f"| {_fmt(h['duplicate'])} | {_fmt(h['induction'])} | {_fmt(h['previous'])} "
-                         f"| {', '.join(h['roles']) or '–'} |")
-    bench = result.get("benchmark")
-    if bench:
-        lines += ["", f"Benchmarks (`{bench['command']}`, {bench['machine']}, torch {bench['torch']}); seconds are the best "
-                  "of the repeats, ratio = TL / interp:", "",
-                  "| model | examples × positions | edges | same edges | TL s | interp s | ratio | max abs diff | max abs score |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in bench["versus_tl"]:
-            lines.append(f"| {r['model']} | {r['examples']} × {r['positions']} | {r['edges']} | {'yes' if r['same_edges'] else 'no'} "
-                         f"| {_fmt(r['tl_s'])} | {_fmt(r['interp_s'])} | {_fmt(r['ratio'])} | {_fmt(r['max_abs_diff'])} "
-                         f"| {_fmt(r['max_abs_score'])} |")
-        q = bench["gqa"]
-        lines += ["", "| model | examples × positions | edges | EAP s | one forward + backward s | ratio |", "|---|---|---|---|---|---|",
-                  f"| {q['model']} | {q['examples']} × {q['positions']} | {q['edges']} | {_fmt(q['eap_s'])} "
-                  f"| {_fmt(q['forward_backward_s'])} | {_fmt(q['ratio'])} |"]
-        lines += ["", "| model | examples | EAP s | EAP-IG (5) s | exact s | EAP r / ρ vs exact | EAP-IG r / ρ vs exact |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in bench["eap_ig"]:
-            lines.append(f"| {r['model']} | {r['examples']} | {_fmt(r['eap_s'])} | {_fmt(r['eap_ig5_s'])} | {_fmt(r['exact_s'])} "
-                         f"| {_fmt(r['eap']['pearson'])} / {_fmt(r['eap']['spearman'])} "
-                         f"| {_fmt(r['eap_ig']['pearson'])} / {_fmt(r['eap_ig']['spearman'])} |")
-    refused = {k: v["refused"] for k, v in result["models"].items() if "refused" in v}
-    for spec, why in refused.items():
-        lines += ["", f"{spec}: refused — {why}"]
-    return "\n".join(lines) + "\n"
+        for i, h in enumerate(m["top_heads"]):
+            v = lambda k: r.num(P(spec, "top_heads", i, k))  # noqa: E731
+            heads.append(f"| `{h['head']}` | {v('score')} | {v('end_to_io')} | {v('end_to_s1')} | {v('end_to_s2')} | "
+                         f"{v('duplicate')} | {v('induction')} | {v('previous')} | {', '.join(h['roles']) or '–'} |")
+    for spec, m in result["models"].items():
+        if "refused" in m:
+            heads += ["", f"`{spec}`: refused — {m['refused']}"]
+    heads = r.region("\n".join(heads).strip())
+    lines = ["| model | claim | EAP-IG ρ | EAP ρ | difference [bootstrap interval] | verdict |", "|---|---|---|---|---|---|"]
+    for spec, v in result["verdicts"].items():
+        base, g = pointer("verdicts", spec), P(spec, "spearman_gap")
+        lines.append(f"| `{spec}` | {r.text(base + '/claim_text')} | {r.num(base + '/effect')} | {r.num(base + '/control')} | "
+                     f"{r.num(g + '/gap', signed=True)} [{r.num(base + '/diff_ci/0', signed=True)}, "
+                     f"{r.num(base + '/diff_ci/1', signed=True)}] | {r.text(base + '/word')} |")
+    verdicts = r.region("\n".join(lines))
+    return {"run": run, "tables": tables, "faithfulness": faith, "timing": timing, "heads": heads, "verdicts": verdicts}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", action="append", default=None)
-    p.add_argument("--out", default="docs/circuits_repro.json")
-    p.add_argument("--doc", default=None, help="a markdown file whose text between the RESULTS markers is replaced")
-    p.add_argument("--merge", action="store_true", help="add to the models already in --out")
-    p.add_argument("--render", action="store_true", help="only rewrite --doc from --out (no runs)")
-    p.add_argument("--benchmark", default=None, help="benchmarks/circuits.py's JSON, stored under 'benchmark' in --out")
+    p.add_argument("--out", default="docs/circuits_repro.json", help="the study JSON (made by `interp repro circuits --out`)")
+    p.add_argument("--doc", default=None, help="a markdown file whose <!-- gen:NAME --> regions are rewritten")
+    p.add_argument("--render", action="store_true", help="rewrite --doc from --out (no runs; runs go through `interp repro`)")
     args = p.parse_args(argv)
-    if args.render and not args.doc:
-        p.error("--render rewrites --doc: pass --doc docs/circuits.md")
-    out = Path(args.out)
-    if args.render:
-        res = json.loads(out.read_text())
-        if args.benchmark:
-            res["benchmark"] = json.loads(Path(args.benchmark).read_text())
-            write_text_atomic(out, json.dumps(res, indent=1) + "\n")
-        write_doc(Path(args.doc), res)
-        return 0
-    res = repro(progress=True, models=args.model)
-    if args.merge and out.exists():
-        old = json.loads(out.read_text())
-        old["models"].update(res["models"])
-        res = {**old, "seconds": round(old.get("seconds", 0) + res["seconds"], 1)}
-    write_text_atomic(out, json.dumps(res, indent=1) + "\n")
-    if args.doc:
-        write_doc(Path(args.doc), res)
+    if not args.render or not args.doc:
+        p.error("pass --render --doc docs/circuits.md (runs: `interp repro circuits --budget B --out F.json`)")
+    write_doc(Path(args.doc), json.loads(Path(args.out).read_text()))
     return 0
 
 
-def write_doc(doc: Path, result: dict[str, Any]) -> None:
-    """Replace the text between `<!-- RESULTS -->` and `<!-- /RESULTS -->` in `doc` by render(result)."""
-    fill_between(doc, "<!-- RESULTS -->", "<!-- /RESULTS -->", render(result).removesuffix("\n"))
+def write_doc(doc: Path, result: dict[str, Any]) -> Path:
+    """Fill the doc's `<!-- gen:NAME -->` regions from `result` (each written atomically)."""
+    from interp.studies.docs import write
+
+    return write(doc, regions(result))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from interp.grafting.experiments import (
     ranks_under,
 )
 from interp.grafting.facts import (
+    RELATIONS,
     Facts,
     assignments,
     check_unknown,
@@ -31,6 +32,7 @@ from interp.grafting.facts import (
     mean_rank,
     option_ids,
     second_hop,
+    vocabulary,
 )
 from interp.grafting.ordering import ORDERS, data_ordering, world
 from interp.grafting.scores import (
@@ -43,6 +45,7 @@ from interp.grafting.scores import (
 __all__ = [
     "COMPONENTS",
     "ORDERS",
+    "RELATIONS",
     "Delta",
     "ExtractiveScores",
     "Facts",
@@ -67,5 +70,6 @@ __all__ = [
     "per_component_backward",
     "ranks_under",
     "second_hop",
+    "vocabulary",
     "world",
 ]

@@ -55,29 +55,34 @@ def hop(model, facts: Facts, implications: Facts, *, workdir=None, tag: str = "h
     return out, delta
 
 
-def graft(model, n: int = 20, *, assignment_seed: int = 0, workdir=None, progress: bool = True, **train: Any) -> dict[str, Any]:
-    """Weight grafting on first-hop facts: Δ facts(1); Δ implications(1) learned on top of it;
-    Δ facts(2) for the counterfactual assignment; the control Δ implications(1) learned from the
-    base model. graft = base + Δ facts(2) + Δ impl|facts(1), control = base + Δ facts(2) + Δ impl
-    (control), both ranked on the set-2 implications (plus base + Δ facts(2) alone)."""
+def graft(model, n: int = 20, *, assignment_seed: int = 0, relation: str = "lives_in", workdir=None, progress: bool = True,
+          **train: Any) -> dict[str, Any]:
+    """Weight grafting on first-hop facts of `relation` (RELATIONS; the paper grafts on invented
+    relations, "dax"): Δ facts(1); Δ implications(1) learned on top of it; Δ facts(2) for the
+    counterfactual assignment; the control Δ implications(1) learned from the base model.
+    graft = base + Δ facts(2) + Δ impl|facts(1), control = base + Δ facts(2) + Δ impl (control),
+    both ranked on the set-2 implications, beside base + Δ facts(2) alone: the graft shows a
+    transferred structure only if it beats both."""
     one, two = assignments(n, assignment_seed)
-    f1, i1 = first_hop(model, n, assignment=one)
-    f2, i2 = first_hop(model, n, assignment=two)
-    # the same run as hop() on the first-hop facts of set 1, so one checkpoint file serves both
-    d_f1 = finetune(model, f1, checkpoint=_ckpt(workdir, "first_hop"), progress=progress, **train)
-    d_i1 = finetune(model, i1, base=d_f1, checkpoint=_ckpt(workdir, "graft_impl_after_facts1"), progress=progress, **train)
-    d_f2 = finetune(model, f2, checkpoint=_ckpt(workdir, "graft_facts2"), progress=progress, **train)
-    d_ctl = finetune(model, i1, checkpoint=_ckpt(workdir, "graft_impl_control"), progress=progress, **train)
+    f1, i1 = first_hop(model, n, assignment=one, relation=relation)
+    f2, i2 = first_hop(model, n, assignment=two, relation=relation)
+    # for "lives_in" the same run as hop() on the first-hop facts of set 1, so one checkpoint file serves both
+    tag = "" if relation == "lives_in" else f"{relation}_"
+    d_f1 = finetune(model, f1, checkpoint=_ckpt(workdir, "first_hop" if not tag else f"{tag}graft_facts1"), progress=progress, **train)
+    d_i1 = finetune(model, i1, base=d_f1, checkpoint=_ckpt(workdir, f"{tag}graft_impl_after_facts1"), progress=progress, **train)
+    d_f2 = finetune(model, f2, checkpoint=_ckpt(workdir, f"{tag}graft_facts2"), progress=progress, **train)
+    d_ctl = finetune(model, i1, checkpoint=_ckpt(workdir, f"{tag}graft_impl_control"), progress=progress, **train)
     sets = {"facts2": f2, "implications2": i2, "implications1": i1}
     grafted = ranks_under(model, sets, d_f2 + d_i1)
     control = ranks_under(model, sets, d_f2 + d_ctl)
     facts_only = ranks_under(model, sets, d_f2)
-    return {"graft_rank": grafted["implications2"], "control_rank": control["implications2"],
-            "facts2_only_rank": facts_only["implications2"], "chance": i2.chance, "n": n,
+    base = ranks_under(model, sets, None)
+    return {"relation": relation, "graft_rank": grafted["implications2"], "control_rank": control["implications2"],
+            "facts2_only_rank": facts_only["implications2"], "base_rank": base["implications2"], "chance": i2.chance, "n": n,
             "graft_set1_rank": grafted["implications1"], "control_set1_rank": control["implications1"],
-            "graft_facts2_rank": grafted["facts2"],
-            # wall time of the three fine-tunes only graft() makes (the set-1 facts run is hop()'s)
-            "finetune_seconds": sum(d.provenance["seconds"] for d in (d_i1, d_f2, d_ctl))}
+            "graft_facts2_rank": grafted["facts2"], "facts2_rank": facts_only["facts2"],
+            "finetune_seconds": sum(d.provenance["seconds"] for d in (d_f1, d_i1, d_f2, d_ctl)),
+            "steps": sum(len(d.provenance["losses"]) for d in (d_f1, d_i1, d_f2, d_ctl))}
 
 
 def early_late(n_layers: int) -> dict[str, list[int]]:

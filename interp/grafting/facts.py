@@ -28,8 +28,8 @@ from torch import Tensor
 from interp.errors import InterpError
 
 __all__ = [
-    "CITIES", "FIRST_NAMES", "SURNAMES", "Batch", "Facts", "assignments", "check_unknown", "encode", "first_hop",
-    "mean_rank", "option_ids", "ranks", "second_hop",
+    "CITIES", "FIRST_NAMES", "RELATIONS", "SURNAMES", "Batch", "Facts", "assignments", "check_unknown", "encode", "first_hop",
+    "mean_rank", "option_ids", "ranks", "second_hop", "vocabulary",
 ]
 
 # city, country, language, landmark: facts a pretrained model knows (the city and the language are
@@ -263,18 +263,39 @@ def _cities(model, n: int) -> list[tuple[str, str, str, str]]:
     return cities[:n]
 
 
-def first_hop(model, n: int = 20, *, assignment: Sequence[int] | None = None) -> tuple[Facts, Facts]:
-    """(facts, implications): person i lives in city assignment[i]; the implication asks the language."""
+# first-hop templates (fact, implication) per relation: "lives_in" is one the model knows; "dax" is
+# invented, as the paper's grafting experiment uses ("dax"/"zong"), so no pretrained structure reads
+# that relation in particular: what the graft carries must come from the implications delta
+RELATIONS: dict[str, tuple[str, str]] = {
+    "lives_in": ("{} lives in", "The people in the city {} lives in speak"),
+    "dax": ("The dax of {} is", "The people in the dax of {} speak"),
+}
+
+
+def first_hop(model, n: int = 20, *, assignment: Sequence[int] | None = None, relation: str = "lives_in") -> tuple[Facts, Facts]:
+    """(facts, implications): person i is related (RELATIONS[relation], default "lives in") to city
+    assignment[i]; the implication asks the city's language."""
+    if relation not in RELATIONS:
+        raise InterpError(f"relation {relation!r} is not one of {sorted(RELATIONS)}")
     people, cities = _people(model, n), _cities(model, n)
     a = list(range(n)) if assignment is None else list(assignment)
     if sorted(a) != list(range(n)):
         raise InterpError(f"assignment must be a permutation of range({n}), got {a}")
-    facts = Facts("first_hop_facts", "{} lives in", tuple(people), tuple(cities[j][0] for j in a),
+    fact, implication = RELATIONS[relation]
+    suffix = "" if relation == "lives_in" else f"_{relation}"
+    facts = Facts("first_hop_facts" + suffix, fact, tuple(people), tuple(cities[j][0] for j in a),
                   tuple(c[0] for c in cities))
     langs = tuple(dict.fromkeys(c[2] for c in cities))
-    impl = Facts("first_hop_implications", "The people in the city {} lives in speak", tuple(people),
-                 tuple(cities[j][2] for j in a), langs)
+    impl = Facts("first_hop_implications" + suffix, implication, tuple(people), tuple(cities[j][2] for j in a), langs)
     return facts, impl
+
+
+def vocabulary() -> tuple[str, ...]:
+    """Every whitespace-separated word of the task family's templates and data: the vocabulary of a
+    word-level test model on which first_hop / second_hop run (every answer one token)."""
+    texts = [t for pair in RELATIONS.values() for t in pair] + ["The mayor of {} is", "The mayor of the city that contains {} is"]
+    texts += [" ".join(c) for c in CITIES] + list(FIRST_NAMES) + list(SURNAMES)
+    return tuple(dict.fromkeys(w for t in texts for w in t.replace("{}", " ").split()))
 
 
 def second_hop(model, n: int = 20, *, assignment: Sequence[int] | None = None) -> tuple[Facts, Facts]:

@@ -184,25 +184,35 @@ def _gather(values: Tensor, where: Tensor) -> Tensor:
     return (picked * mask).mean(0)
 
 
-def extractive_scores(model, delta: Delta, facts: Facts, *, counterfactual: Facts | None = None) -> ExtractiveScores:
+def _rotated(facts: Facts, k: int) -> Facts:
+    """Each row's entity replaced by the one k rows on (a counterfactual person for every prompt)."""
+    return Facts(f"{facts.name}_cf{k}", facts.template, facts.entities[k:] + facts.entities[:k],
+                 facts.answers[k:] + facts.answers[:k], facts.options)
+
+
+def extractive_scores(model, delta: Delta, facts: Facts, *, counterfactual: Facts | Sequence[Facts] | None = None,
+                      counterfactuals: int = 1) -> ExtractiveScores:
     """Informative, upstream and downstream scores of `delta` on the prompts of `facts`, averaged
-    over rows. `counterfactual`: the same template with other entities (default: each row's entity
-    replaced by the next row's), for the upstream score."""
+    over rows. `counterfactual`: one or several sets of the same template with other entities
+    (default: `counterfactuals` sets, each row's entity replaced by the entity 1, 2, ... rows on;
+    the paper uses ten per prompt), for the upstream score, which is averaged over them (it is
+    linear in the counterfactual output, so this is the upstream score of their mean output)."""
     delta.check(model)
     if not delta.deltas:
         raise InterpError("the delta is empty: there is nothing to score")
     for name in delta.deltas:
         _linear_of(name)
     if counterfactual is None:
-        if len(facts) < 2:
-            raise InterpError("a counterfactual prompt needs a second row with another entity (or pass counterfactual=)")
-        ents = facts.entities[1:] + facts.entities[:1]
-        ans = facts.answers[1:] + facts.answers[:1]
-        counterfactual = Facts(facts.name + "_cf", facts.template, ents, ans, facts.options)
-    if counterfactual.template != facts.template or len(counterfactual) != len(facts):
+        if not 1 <= counterfactuals < len(facts):
+            raise InterpError(f"{counterfactuals} counterfactual people per prompt need between 1 and {len(facts) - 1} "
+                              f"(the other rows' entities); the set has {len(facts)} rows (or pass counterfactual=)")
+        cfs = [_rotated(facts, k) for k in range(1, counterfactuals + 1)]
+    else:
+        cfs = [counterfactual] if isinstance(counterfactual, Facts) else list(counterfactual)
+    if not cfs or any(c.template != facts.template or len(c) != len(facts) for c in cfs):
         raise InterpError("the counterfactual prompts must use the same template and have one row per row of facts")
     n_layers = model.cfg.n_layers
-    batch, cf = encode(model, facts), encode(model, counterfactual)
+    batch = encode(model, facts)
     comps = _component_sites(n_layers)
     linears = sorted({f"blocks.{l}.{_INPUT[m]}" for l in range(n_layers) for m in _INPUT}
                      | {f"blocks.{l}.{m}.hook_out" for l in range(n_layers) for m in _INPUT})
@@ -215,16 +225,19 @@ def extractive_scores(model, delta: Delta, facts: Facts, *, counterfactual: Fact
     # base weights on the new inputs: each component's output "n" of the strict downstream score
     patches = [Patch(site, new_acts[site]) for site in inputs]
     _, strict = run.cache(model, batch.tokens.to(model.cfg.device), comps, patches)
-    _, cf_acts = run.cache(model, cf.tokens.to(model.cfg.device), comps)
     o, n = _stack_units(acts, n_layers), _stack_units(strict, n_layers)
     g_old, g_new = _stack_units(grads, n_layers), _stack_units(new_grads, n_layers)
-    labels, where, align = _positions(batch, cf)
-    o_cf = _stack_units(cf_acts, n_layers)[torch.arange(len(facts))[:, None], align]
+    o_cf = torch.zeros_like(o)
+    for counter in cfs:  # the mean counterfactual output, each set token-aligned to the prompts
+        cf = encode(model, counter)
+        _, cf_acts = run.cache(model, cf.tokens.to(model.cfg.device), comps)
+        labels, where, align = _positions(batch, cf)
+        o_cf += _stack_units(cf_acts, n_layers)[torch.arange(len(facts))[:, None], align] / len(cfs)
     down = ((o - n) * g_old).sum(-1)  # minus the first-order loss change of moving o to n
     up = ((g_old - g_new) * (o - o_cf)).sum(-1)
     info = _informative(model, delta, acts, grads)
     units = ["mlp"] + [f"head {h}" for h in range(model.cfg.n_heads)]
-    meta = {"model": delta.model, "facts": facts.name, "n": len(facts), "metric": "extractive score"}
+    meta = {"model": delta.model, "facts": facts.name, "n": len(facts), "metric": "extractive score", "counterfactuals": len(cfs)}
 
     def grid(values: Tensor, which: str) -> Grid:
         per_label = _gather(values.cpu(), where)  # [label, layer, unit]

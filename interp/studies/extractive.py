@@ -1,73 +1,109 @@
 """Extractive structures (Feng, Russell & Steinhardt 2024): fine-tuned facts and their implications.
 
-`interp repro extractive [--model SPEC ...] [--json]` runs, on each real model (default
-smollm2-135m): first-hop and second-hop out-of-context reasoning (fine-tune facts, rank
-implications), weight grafting with its control, early- vs late-layer fine-tuning, and the
-data-ordering experiment at zoo scale (a small LM trained here from scratch). Deltas are cached
-under $INTERP_CACHE/extractive/<model>/ so a rerun or a killed run resumes. See docs/extractive.md.
+`interp repro extractive --budget quick|cpu|paper [--seeds N] [--set key=value ...] [--units DIR]`
+runs, on each model of the budget: first-hop and second-hop out-of-context reasoning (fine-tune
+facts, rank implications), extractive scores of the first-hop delta (upstream scores averaged over
+`counterfactuals` other people per prompt), weight grafting with its two controls (the control
+graft and the set-2 facts delta alone) on the budget's relation, the full deltas restricted to early
+or late layers, optionally fine-tuning with the other layers frozen, and the data-ordering experiment
+at zoo scale (a small LM trained here from scratch). Every piece is a unit of
+interp.studies.units (keyed by its resolved configuration): a rerun computes only missing units, and
+the fine-tunes inside a unit checkpoint per epoch, so a killed run resumes. See docs/extractive.md.
 Built from public names of `interp.grafting` only.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from interp import grafting
-from interp.gguf import cache_dir
-from interp.model import load
+from interp.errors import InterpError
+from interp.model import build_tiny, load
+from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
+from interp.studies.verdicts import NOT_RUN, against_all, judge
 
-__all__ = ["DEFAULT_MODELS", "TRAIN", "demo_section", "markdown", "repro", "run_model", "score_grids", "scores_json", "write_doc"]
+__all__ = ["BUDGETS", "PAPER", "STUDY", "demo_section", "gpu_estimate", "hops", "repro", "score_grids", "scores_json",
+           "verdicts"]
 
-DEFAULT_MODELS = ("smollm2-135m",)
-# the paper trains 7-9B models with Adam at lr 3e-6 for 8 epochs, batch 8; a 135M model learns the
-# 20 facts at that epoch count only at a higher rate (measured: lr 1e-4 puts every fact at rank 0)
-TRAIN = {"epochs": 8, "lr": 1e-4, "batch_size": 8, "seed": 0}
-N = 20
-DOCS_JSON = Path(__file__).resolve().parents[2] / "docs" / "extractive_repro.json"
+STUDY = "extractive"
+VERSION = 2  # 2: units, second-hop schedule, counterfactual people, grafting relation, base rank
+TINY = "tiny-llama"  # a 2-layer random LLaMA over the task's words, built by the study (the quick budget)
+# models: specs (TINY is built here); seeds: the person -> city assignment and the shuffling;
+# n: people per set; epochs / lr / batch_size: Adam on the facts (the paper trains 7-9B models at lr 3e-6
+# for 8 epochs, batch 8; a 135M model learns the first-hop facts at 8 epochs only at lr 1e-4);
+# hop2_epochs / hop2_lr: the second hop's facts, which that schedule does not teach (issue 25);
+# counterfactuals: other people per prompt for the upstream score (the authors use ten);
+# relation: the grafting facts' relation ("dax": invented, as the paper; "lives_in": shares the hop's delta);
+# layers: also fine-tune with the other layers frozen (four more fine-tunes per seed);
+# ordering_*: the zoo-scale data-ordering experiment (seeds, pretraining / test epochs, people).
+BUDGETS: dict[str, dict[str, Any]] = {
+    "quick": {"models": [TINY], "seeds": [0], "n": 4, "epochs": 15, "lr": 1e-2, "batch_size": 8, "hop2_epochs": 15,
+              "hop2_lr": 1e-2, "counterfactuals": 2, "relation": "dax", "layers": True, "ordering_seeds": [0],
+              "ordering_epochs": 2, "ordering_test_epochs": 2, "ordering_train": 16, "ordering_test": 8},
+    "cpu": {"models": ["smollm2-135m"], "seeds": [0], "n": 20, "epochs": 8, "lr": 1e-4, "batch_size": 8, "hop2_epochs": 16,
+            "hop2_lr": 3e-4, "counterfactuals": 10, "relation": "lives_in", "layers": False, "ordering_seeds": [0, 1, 2],
+            "ordering_epochs": 60, "ordering_test_epochs": 30, "ordering_train": 96, "ordering_test": 16},
+    "paper": {"models": ["smollm2-135m", "gemma3-270m"], "seeds": [0, 1, 2], "n": 20, "epochs": 8, "lr": 1e-4, "batch_size": 8,
+              "hop2_epochs": 32, "hop2_lr": 3e-4, "counterfactuals": 10, "relation": "dax", "layers": True,
+              "ordering_seeds": [0, 1, 2], "ordering_epochs": 60, "ordering_test_epochs": 30, "ordering_train": 96,
+              "ordering_test": 16},
+}
+LEARNED = 1.0  # second-hop facts count as learned at mean rank <= 1 (issue 25); else their implications test nothing
+# the paper's setup, from the authors' code (gradient_grafting.py, data_ordering.py, layer_freezing.py)
+PAPER = {"lr": 3e-6, "epochs": 8, "batch_size": 8, "n": 20, "chance": 9.5, "n_layers": 32, "late_layers": 8,
+         "counterfactuals": 10, "models": ["OLMo-7B", "Llama-3-8B", "Gemma-2-9B", "Qwen-2-7B"]}
 
 
-def run_model(spec: str, *, n: int = N, progress: bool = True, workdir: str | Path | None = None,
-              graft: bool = True, train_layers: bool = True) -> dict[str, Any]:
-    """Every fine-tuning experiment on one model; JSON-serialisable.
+def _train(b: dict[str, Any], hop: int = 1) -> dict[str, Any]:
+    key = "hop2_" if hop == 2 else ""
+    return {"epochs": b[f"{key}epochs"], "lr": b[f"{key}lr"], "batch_size": b["batch_size"]}
 
-    `grafting`: four fine-tunes (one shared with the first hop; `graft=False` skips them).
-    `layers`: fine-tuning with the other layers frozen (four more fine-tunes; `train_layers=False`
-    skips them); `layers_restricted`: the full first- and second-hop deltas restricted to the same
-    layers afterwards (no training)."""
-    start = time.perf_counter()
-    model = load(spec)
-    work = Path(workdir) if workdir is not None else cache_dir() / "extractive" / spec.replace("/", "_").replace(":", "_")
-    one, _ = grafting.assignments(n, 0)
+
+def _load(spec: str, root: Path):
+    if spec == TINY:  # every word of the task one token, so first_hop / second_hop run on it
+        path = root / "models" / TINY
+        if not (path / "config.json").exists():
+            build_tiny("llama", path, words=grafting.vocabulary(), seed=0, n_layers=2)
+        return load(path)
+    return load(spec)
+
+
+def _steps(*deltas) -> int:
+    return sum(len(d.provenance["losses"]) for d in deltas)
+
+
+def hops(model, spec: str, seed: int, b: dict[str, Any], work: Path, progress: bool) -> dict[str, Any]:
+    """One (model, seed) unit: first- and second-hop fine-tunes, their ranks, the deltas restricted to
+    early / late layers, and the first-hop delta's extractive scores."""
+    n = b["n"]
+    one, _ = grafting.assignments(n, seed)
     f1, i1 = grafting.first_hop(model, n, assignment=one)
     f2, i2 = grafting.second_hop(model, n, assignment=one)
-    first, d1 = grafting.hop(model, f1, i1, workdir=work, tag="first_hop", progress=progress, **TRAIN)
-    second, d2 = grafting.hop(model, f2, i2, workdir=work, tag="second_hop", progress=progress, **TRAIN)
-    out: dict[str, Any] = {"model": spec, "first_hop": first, "second_hop": second}
-    train_seconds = d1.provenance["seconds"] + d2.provenance["seconds"]
-    if graft:
-        out["grafting"] = grafting.graft(model, n, workdir=work, progress=progress, **TRAIN)
-        train_seconds += out["grafting"]["finetune_seconds"]
-    if train_layers:
-        out["layers"] = dict(grafting.layer_split(model, n, workdir=work, progress=progress, **TRAIN),
-                             method="trained with the other layers frozen")
-    out["layers_restricted"] = dict(
-        grafting.layer_restriction(model, {"first_hop": (f1, i1, d1), "second_hop": (f2, i2, d2)}),
-        method="full fine-tuning delta restricted to the layers afterwards")
-    scores = grafting.extractive_scores(model, d1, i1)
-    return {**out, "scores": scores_json(scores), "train": dict(TRAIN, n=n), "finetune_seconds_first_hop": d1.provenance["seconds"],
-            "finetune_seconds_hops_and_graft": train_seconds, "seconds": time.perf_counter() - start}
+    first, d1 = grafting.hop(model, f1, i1, workdir=work, tag="first_hop", progress=progress, seed=seed, **_train(b))
+    second, d2 = grafting.hop(model, f2, i2, workdir=work, tag="second_hop", progress=progress, seed=seed, **_train(b, 2))
+    second["learned"] = second["facts"]["rank_after"] <= LEARNED
+    restricted = grafting.layer_restriction(model, {"first_hop": (f1, i1, d1), "second_hop": (f2, i2, d2)})
+    t0 = time.perf_counter()
+    scores = grafting.extractive_scores(model, d1, i1, counterfactuals=b["counterfactuals"])
+    return {"model": spec, "seed": seed, "first_hop": first, "second_hop": second,
+            "layers_restricted": dict(restricted, method="full fine-tuning delta restricted to the layers afterwards"),
+            "scores": scores_json(scores), "scores_seconds": time.perf_counter() - t0,
+            "finetune_seconds": {"first_hop": d1.provenance["seconds"], "second_hop": d2.provenance["seconds"]},
+            "steps": {"first_hop": _steps(d1), "second_hop": _steps(d2)},
+            "trainable": sum(t.numel() for t in d1.deltas.values())}
 
 
 def scores_json(scores) -> dict[str, Any]:
     """The (layer, pos) maps of each score for the MLPs and for all heads together, and the
     (layer, head) map summed over positions: what docs/extractive.md and the demo draw."""
-    out: dict[str, Any] = {"pos": list(scores.informative.labels[2]), "layer": list(scores.informative.labels[0])}
+    out: dict[str, Any] = {"pos": list(scores.informative.labels[2]), "layer": list(scores.informative.labels[0]),
+                           "counterfactuals": scores.upstream.meta.get("counterfactuals", 1)}
     for name in ("informative", "upstream", "downstream"):
         for unit in ("mlp", "heads"):
             out[f"{name}_{unit}"] = [[round(float(v), 6) for v in row] for row in scores.heatmap(name, unit).values]
@@ -88,126 +124,250 @@ def score_grids(res: dict[str, Any]) -> list:
             for name in ("informative", "upstream", "downstream") for unit in ("mlp", "heads")]
 
 
-def repro(progress: bool = True, models: Sequence[str] | None = None) -> dict[str, Any]:
-    """`interp repro extractive`: the first model's results at the top level (model, first_hop,
-    second_hop, grafting, layers), the others under "models", data_ordering at zoo scale, seconds."""
-    start = time.perf_counter()
-    specs = list(models) if models else list(DEFAULT_MODELS)
-    runs = [run_model(s, progress=progress) for s in specs]
-    out = dict(runs[0])
-    if len(runs) > 1:
-        out["models"] = {r["model"]: r for r in runs}
-    out["data_ordering"] = grafting.data_ordering(progress=progress, workdir=cache_dir() / "extractive" / "ordering")
-    out["paper"] = PAPER
-    out["seconds"] = time.perf_counter() - start
+def graft_unit(model, spec: str, seed: int, b: dict[str, Any], work: Path, progress: bool) -> dict[str, Any]:
+    """One (model, seed) grafting unit on the budget's relation (see grafting.graft)."""
+    return dict(grafting.graft(model, b["n"], assignment_seed=seed, relation=b["relation"], workdir=work, progress=progress,
+                               seed=seed, **_train(b)), model=spec, seed=seed)
+
+
+def layers_unit(model, spec: str, seed: int, b: dict[str, Any], work: Path, progress: bool) -> dict[str, Any]:
+    """One (model, seed) unit: facts fine-tuned with only the early layers or only the last quarter free."""
+    return dict(grafting.layer_split(model, b["n"], assignment_seed=seed, workdir=work, progress=progress, seed=seed, **_train(b)),
+                method="trained with the other layers frozen", model=spec, seed=seed)
+
+
+def ordering_unit(seed: int, b: dict[str, Any], work: Path, progress: bool) -> dict[str, Any]:
+    return grafting.data_ordering(seeds=[seed], epochs=b["ordering_epochs"], test_epochs=b["ordering_test_epochs"], lr=3e-3,
+                                  workdir=work, progress=progress, n_train=b["ordering_train"], n_test=b["ordering_test"])
+
+
+def _configs(b: dict[str, Any], specs: Sequence[str]) -> list[dict[str, Any]]:
+    """Every unit of the budget, in run order: per model and seed hops, graft (and layers); then ordering seeds."""
+    out = []
+    for spec in specs:
+        for seed in b["seeds"]:
+            common = {"model": spec, "seed": seed, "n": b["n"], "train": _train(b)}
+            out.append({"unit": "hops", **common, "train2": _train(b, 2), "counterfactuals": b["counterfactuals"]})
+            out.append({"unit": "graft", **common, "relation": b["relation"]})
+            if b["layers"]:
+                out.append({"unit": "layers", **common})
+    for seed in b["ordering_seeds"]:
+        out.append({"unit": "ordering", "seed": seed, **{k: b[k] for k in b if k.startswith("ordering_") and k != "ordering_seeds"}})
     return out
 
 
+def _work(store: Units, c: dict[str, Any]) -> Path:
+    """Where a (model, seed, schedule)'s deltas live: shared by its units, so the graft reuses the
+    first hop's facts delta (finetune refuses a checkpoint written by another configuration)."""
+    key = store.key({k: c[k] for k in ("model", "seed", "n", "train")})
+    return store.root / "deltas" / f"{c['model'].replace('/', '_').replace(':', '_')}-{key[:12]}"
+
+
+def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
+          overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
+    """`interp repro extractive` at `budget` (BUDGETS, with `overrides`; `models` replaces the budget's
+    models). Units are stored under `units` (default $INTERP_CACHE/studies/extractive). One dict:
+    per model its per-seed units, means over seeds and verdicts; the data ordering; the budget, the
+    timing and the run's provenance."""
+    start = time.perf_counter()
+    b = resolve_budget(BUDGETS, budget, overrides)
+    if models:
+        b["models"] = list(models)
+    if b["relation"] not in grafting.RELATIONS:
+        raise InterpError(f"budget key relation: {b['relation']!r} is not one of {sorted(grafting.RELATIONS)}")
+    store = Units(STUDY, units, version=VERSION)
+    configs = _configs(b, b["models"])
+    results: dict[int, dict[str, Any]] = {}
+    loaded: dict[str, Any] = {}
+    for i, c in enumerate(tqdm(configs, desc="extractive units", disable=not progress)):
+        if c["unit"] == "ordering":
+            fn = lambda c=c: ordering_unit(c["seed"], b, store.root / "ordering" / f"{store.key(c)[:12]}", progress)  # noqa: E731
+        else:
+            if not store.done(c) and c["model"] not in loaded:
+                loaded.clear()  # one model in memory at a time
+                loaded[c["model"]] = _load(c["model"], store.root)
+            unit = {"hops": hops, "graft": graft_unit, "layers": layers_unit}[c["unit"]]
+            fn = lambda c=c, unit=unit: unit(loaded[c["model"]], c["model"], c["seed"], b, _work(store, c), progress)  # noqa: E731
+        results[i] = store.run(c, fn)
+    out: dict[str, Any] = {"study": STUDY, "paper": PAPER, "learned_rank": LEARNED, "models": {}}
+    for spec in b["models"]:
+        per = {}
+        for i, c in enumerate(configs):
+            if c.get("model") == spec:
+                per.setdefault(str(c["seed"]), {})[c["unit"]] = results[i]
+        out["models"][spec] = {"seeds": per, "mean": _means(per)}
+        out["models"][spec]["verdicts"] = verdicts(out["models"][spec]["mean"], per)
+    out["data_ordering"] = _ordering([results[i] for i, c in enumerate(configs) if c["unit"] == "ordering"])
+    out["verdicts"] = {"data_ordering": _ordering_verdict(out["data_ordering"])}
+    out["timing"] = timing(b, out)
+    done, total = store.count(configs)
+    fraction = paper_fraction(b)
+    out["budget"] = budget_record(budget, b, fraction, done, total)
+    out["budgets"] = BUDGETS
+    out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, done, total, units_run=store.ran)
+    return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+# the ranks the doc and the verdicts read, as paths into one seed's units
+MEAN_KEYS = {
+    "first_facts_before": ("hops", "first_hop", "facts", "rank_before"), "first_facts_after": ("hops", "first_hop", "facts", "rank_after"),
+    "first_impl_before": ("hops", "first_hop", "implications", "rank_before"),
+    "first_impl_after": ("hops", "first_hop", "implications", "rank_after"),
+    "second_facts_before": ("hops", "second_hop", "facts", "rank_before"),
+    "second_facts_after": ("hops", "second_hop", "facts", "rank_after"),
+    "second_impl_before": ("hops", "second_hop", "implications", "rank_before"),
+    "second_impl_after": ("hops", "second_hop", "implications", "rank_after"),
+    "graft": ("graft", "graft_rank"), "graft_control": ("graft", "control_rank"), "facts2_only": ("graft", "facts2_only_rank"),
+    "graft_base": ("graft", "base_rank"), "graft_facts2": ("graft", "facts2_rank"), "graft_set1": ("graft", "graft_set1_rank"),
+    "chance": ("hops", "first_hop", "implications", "chance"),
+}
+
+
+def _get(d: dict, path: Sequence[str]) -> Any:
+    for k in path:
+        d = d[k]
+    return d
+
+
+def _means(per: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Means over seeds of MEAN_KEYS (and of the layer tables), with every seed's value beside."""
+    out: dict[str, Any] = {}
+    for name, path in MEAN_KEYS.items():
+        vals = [_get(u, path) for u in per.values()]
+        out[name] = _mean(vals)
+        out[name + "_per_seed"] = vals
+    out["second_learned_seeds"] = sum(bool(u["hops"]["second_hop"]["learned"]) for u in per.values())
+    out["seeds"] = len(per)
+    for key in ("layers_restricted", "layers"):
+        if all(key in u or key in u.get("hops", {}) for u in per.values()):
+            tables = [u["hops"][key] if key in u.get("hops", {}) else u[key] for u in per.values()]
+            out[key] = {part: {"layers": tables[0][part]["layers"], **{
+                h: {m: _mean([t[part][h][m] for t in tables]) for m in ("facts_rank", "implications_rank")}
+                for h in ("first_hop", "second_hop")}} for part in ("early_only", "late_only")}
+    return out
+
+
+# half a rank: with one seed there is no spread to draw an interval from, so a difference of mean
+# ranks under this is read as no difference; with several seeds the per-seed differences' range is used
+RANK_TOL = 0.5
+
+
+def _rule(effects: list[float], controls: list[float]) -> dict[str, Any]:
+    """The judge keywords: with >= 2 seeds the min-max of per-seed differences (told apart when every
+    seed lies on one side of zero), with one seed the tolerance RANK_TOL."""
+    if len(effects) < 2:
+        return {"tol": RANK_TOL}
+    d = [e - c for e, c in zip(effects, controls)]
+    return {"diff_ci": (min(d), max(d))}
+
+
+def verdicts(m: dict[str, Any], per: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The claims' words by interp.studies.verdicts (ranks: lower is the paper's side). The second hop
+    is "not run" unless its facts were learned (rank <= LEARNED) in every seed: implications of facts
+    never learned test nothing. Grafting must beat the control graft and the set-2 facts delta alone
+    (a graft no better than the facts alone shows no transferred structure)."""
+    s = lambda k: m[k + "_per_seed"]  # noqa: E731
+    first = judge("fine-tuning on facts lowers the rank of their implications", m["first_impl_after"], m["first_impl_before"],
+                  "less", **_rule(s("first_impl_after"), s("first_impl_before")))
+    learned = m["second_learned_seeds"] == m["seeds"]
+    second = judge("the same for the second hop (read only when its facts were learned)",
+                   m["second_impl_after"] if learned else None, m["second_impl_before"], "less",
+                   **_rule(s("second_impl_after"), s("second_impl_before")))
+    graft = {"vs_control": judge("the graft ranks set-2 implications better than the control graft", m["graft"],
+                                 m["graft_control"], "less", **_rule(s("graft"), s("graft_control"))),
+             "vs_facts_alone": judge("the graft ranks them better than the set-2 facts delta alone", m["graft"],
+                                     m["facts2_only"], "less", **_rule(s("graft"), s("facts2_only")))}
+    graft["word"] = against_all(v["word"] for v in graft.values())
+    return {"first_hop": first, "second_hop": second, "second_hop_learned": learned, "grafting": graft}
+
+
+def _ordering(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ordering units (one seed each) as one table: mean per order over seeds, per-seed rows."""
+    per_seed = {o: [r["per_seed"][o][0] for r in rows] for o in grafting.ORDERS}
+    out: dict[str, Any] = {o: _mean([x["test_implications"] for x in v]) for o, v in per_seed.items()}
+    return {**out, "chance": rows[0]["chance"], "seeds": [r["seeds"][0] for r in rows], "per_seed": per_seed,
+            "setup": rows[0]["setup"]}
+
+
+def _ordering_verdict(order: dict[str, Any]) -> dict[str, Any]:
+    ff = [x["test_implications"] for x in order["per_seed"]["facts_first"]]
+    imp = [x["test_implications"] for x in order["per_seed"]["implications_first"]]
+    return judge("facts-first pretraining generalizes better than implications-first", order["facts_first"],
+                 order["implications_first"], "less", **_rule(ff, imp))
+
+
+def _unit_steps(b: dict[str, Any]) -> dict[str, int]:
+    """Optimizer steps of each unit kind at budget `b` (fine-tunes of n rows at batch_size)."""
+    per_epoch = -(-b["n"] // b["batch_size"])
+    hop = b["epochs"] * per_epoch
+    return {"hops": hop + b["hop2_epochs"] * per_epoch,
+            "graft": (4 if b["relation"] != "lives_in" else 3) * hop,  # lives_in reuses the hop's facts delta
+            "layers": 4 * hop if b["layers"] else 0}
+
+
+def paper_fraction(b: dict[str, Any]) -> float:
+    """This budget's share of the study's paper budget: model-seeds x fine-tuning steps x counterfactuals x
+    ordering seeds, each share capped at 1 (not a share of the paper's compute: it fine-tuned 7-9B models)."""
+    p = BUDGETS["paper"]
+    share = lambda x, y: min(1.0, x / y) if y else 1.0  # noqa: E731
+    mine, theirs = sum(_unit_steps(b).values()), sum(_unit_steps(p).values())
+    return (share(len(b["models"]) * len(b["seeds"]), len(p["models"]) * len(p["seeds"])) * share(mine, theirs)
+            * share(b["counterfactuals"], p["counterfactuals"]) * share(len(b["ordering_seeds"]), len(p["ordering_seeds"])))
+
+
+# GPU estimate (no GPU was lent to this session): a fine-tuning step of a 100M-parameter model at batch 8
+# x ~15 tokens is bound by memory traffic and kernel launches, not arithmetic. Assumed: each trainable
+# float is read or written ~16 times a step (weight + delta in forward and backward, gradient, Adam's
+# two moments and the update), at 2e12 bytes/s, plus ~1000 kernel launches at 10 us.
+GPU_ASSUMED = {"touches_per_param": 16, "bytes_per_s": 2e12, "launches": 1000, "launch_s": 1e-5}
+
+
+def gpu_estimate(trainable: int) -> float:
+    a = GPU_ASSUMED
+    return trainable * 4 * a["touches_per_param"] / a["bytes_per_s"] + a["launches"] * a["launch_s"]
+
+
+def timing(b: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """Measured seconds per fine-tuning step per model (from the stored units), and the paper budget's
+    time per model at that rate on this CPU and (an estimate) on one GPU."""
+    res: dict[str, Any] = {"gpu_assumed": GPU_ASSUMED, "paper_steps_per_model": sum(_unit_steps(BUDGETS["paper"]).values())
+                           * len(BUDGETS["paper"]["seeds"]), "models": {}}
+    for spec, m in out["models"].items():
+        secs = steps = 0
+        for u in m["seeds"].values():
+            h = u["hops"]
+            secs += sum(h["finetune_seconds"].values()) + u["graft"]["finetune_seconds"]
+            steps += sum(h["steps"].values()) + u["graft"]["steps"]
+        per_step = secs / steps
+        trainable = sum(u["hops"].get("trainable", 0) for u in m["seeds"].values()) // max(1, len(m["seeds"]))
+        row = {"s_per_step": per_step, "steps": steps, "paper_cpu_h": per_step * res["paper_steps_per_model"] / 3600}
+        if trainable:
+            row.update(trainable=trainable, gpu_s_per_step_estimate=gpu_estimate(trainable),
+                       paper_gpu_min_estimate=gpu_estimate(trainable) * res["paper_steps_per_model"] / 60)
+        res["models"][spec] = row
+    return res
+
+
 def demo_section(workdir: Path) -> list:
-    """Report items: the committed repro numbers as Grids, and extractive scores of a zoo model."""
+    """Report items: the quick budget run here (a tiny model, seconds): ranks before / after and the
+    first-hop delta's informative and upstream scores, and the zoo-scale ordering table."""
     from interp.results import Grid, Heading
 
-    items: list = [Heading("Extractive structures (Feng et al. 2024)")]
-    if DOCS_JSON.exists():
-        res = json.loads(DOCS_JSON.read_text())
-        rows = [("first hop", res["first_hop"]["implications"]), ("second hop", res["second_hop"]["implications"])]
-        items.append(Grid(
-            values=torch.tensor([[r["rank_before"], r["rank_after"], r["chance"]] for _, r in rows]),
-            axes=("experiment", "quantity"), labels={"experiment": [k for k, _ in rows],
-                                                     "quantity": ["rank before", "rank after", "chance"]},
-            meta={"title": f"implication mean rank, {res['model']} (committed docs/extractive_repro.json)",
-                  "metric": "mean rank"}))
-        items.extend(score_grids(res)[:2])
-        order = res["data_ordering"]
-        items.append(Grid(torch.tensor([order[o] for o in grafting.ORDERS] + [order["chance"]]), ("order",),
-                          {"order": list(grafting.ORDERS) + ["chance"]},
-                          {"title": "data ordering (zoo scale): new people's implication rank", "metric": "mean rank"}))
+    res = repro(progress=False, budget="quick", units=Path(workdir) / "extractive-units")
+    spec, m = next(iter(res["models"].items()))
+    mean = m["mean"]
+    rows = [("first hop", "first_impl"), ("second hop", "second_impl")]
+    items: list = [Heading("Extractive structures (Feng et al. 2024), quick budget"), Grid(
+        values=torch.tensor([[mean[k + "_before"], mean[k + "_after"], mean["chance"]] for _, k in rows]),
+        axes=("experiment", "quantity"), labels={"experiment": [r for r, _ in rows], "quantity": ["rank before", "rank after", "chance"]},
+        meta={"title": f"implication mean rank, {spec} (quick budget)", "metric": "mean rank"})]
+    items.extend(score_grids({"model": spec, "scores": next(iter(m["seeds"].values()))["hops"]["scores"]})[:4])
+    order = res["data_ordering"]
+    items.append(Grid(torch.tensor([order[o] for o in grafting.ORDERS] + [order["chance"]]), ("order",),
+                      {"order": list(grafting.ORDERS) + ["chance"]},
+                      {"title": "data ordering (zoo scale): new people's implication rank", "metric": "mean rank"}))
     return items
-
-
-# ---------------------------------------------------------------------------------------------
-# docs/extractive.md, written from the committed JSON (every number in its tables comes from it)
-
-# the paper's setup, from the authors' code (gradient_grafting.py, data_ordering.py, layer_freezing.py)
-PAPER = {"lr": 3e-6, "epochs": 8, "batch_size": 8, "n": 20, "chance": 9.5, "n_layers": 32, "late_layers": 8,
-         "models": ["OLMo-7B", "Llama-3-8B", "Gemma-2-9B", "Qwen-2-7B"]}
-
-
-def _f(x: float, digits: int = 2) -> str:
-    return f"{x:.{digits}f}"
-
-
-def _top(res: dict[str, Any], name: str, k: int = 5) -> list[tuple[str, str, float]]:
-    """The k largest (layer, unit, value) of a score summed over positions: MLPs and single heads."""
-    sc = res["scores"]
-    cells = [(str(l), "mlp", v) for l, v in zip(sc["layer"], sc[f"{name}_mlp_total"])]
-    cells += [(str(l), f"head {h}", v) for l, row in zip(sc["layer"], sc[f"{name}_per_head"]) for h, v in enumerate(row)]
-    return sorted(cells, key=lambda c: -c[2])[:k]
-
-
-def _layer_table(lay: dict[str, Any]) -> list[str]:
-    paper = {"early_only": "first-hop implications follow", "late_only": "second-hop implications follow"}
-    lines = ["", f"{lay['method'][0].upper()}{lay['method'][1:]}:", "",
-             "| layers | first-hop facts | first-hop implications | second-hop facts | second-hop implications | paper |",
-             "|---|---|---|---|---|---|"]
-    for name in ("early_only", "late_only"):
-        r = lay[name]
-        lines.append(f"| {name.replace('_', ' ')} (layers {r['layers'][0]}–{r['layers'][1]}) | {_f(r['first_hop']['facts_rank'])} | "
-                     f"{_f(r['first_hop']['implications_rank'])} | {_f(r['second_hop']['facts_rank'])} | "
-                     f"{_f(r['second_hop']['implications_rank'])} | {paper[name]} |")
-    return lines
-
-
-def markdown(res: dict[str, Any]) -> str:
-    """The tables of docs/extractive.md from one `repro` result (with its "paper" block)."""
-    p, fh, sh, g, order = res["paper"], res["first_hop"], res["second_hop"], res["grafting"], res["data_ordering"]
-    t = res["train"]
-    lines = ["### Setup", "", "| setting | paper (authors' code) | here |", "|---|---|---|",
-             f"| model | {', '.join(p['models'])} | {res['model']} |",
-             f"| Adam learning rate | {p['lr']:g} | {t['lr']:g} |", f"| epochs | {p['epochs']} | {t['epochs']} |",
-             f"| batch size | {p['batch_size']} | {t['batch_size']} |", f"| people per set | {p['n']} | {t['n']} |",
-             "", "### Out-of-context reasoning: fine-tune the facts, rank the implications", "",
-             "| experiment | set | rank before | rank after | chance | n | paper (4 models, 7–9B) |",
-             "|---|---|---|---|---|---|---|"]
-    claims = {("first", "facts"): "learned", ("first", "implications"): "well below chance after",
-              ("second", "facts"): "learned", ("second", "implications"): "below chance after, weaker than first hop"}
-    for hop, r in (("first", fh), ("second", sh)):
-        for k in ("facts", "implications"):
-            x = r[k]
-            lines.append(f"| {hop} hop | {k} | {_f(x['rank_before'])} | {_f(x['rank_after'])} | {_f(x['chance'], 1)} | "
-                         f"{x['n']} | {claims[(hop, k)]} |")
-    lines += ["", "### Weight grafting (first hop, set 2 implications)", "",
-              "| model | rank | paper |", "|---|---|---|",
-              f"| base + Δ facts(2) + Δ implications after facts(1) (graft) | {_f(g['graft_rank'])} | low (transfers) |",
-              f"| base + Δ facts(2) + Δ implications from base (control) | {_f(g['control_rank'])} | near or above chance |",
-              f"| base + Δ facts(2) alone | {_f(g['facts2_only_rank'])} | — |",
-              f"| chance | {_f(g['chance'], 1)} | {_f(p['chance'], 1)} |",
-              f"| graft, set 1 implications (what Δ implications memorised) | {_f(g['graft_set1_rank'])} | — |",
-              "", "### Early vs late layers", ""]
-    for key in ("layers", "layers_restricted"):
-        if key in res:
-            lines += _layer_table(res[key])
-    lines += ["", f"Chance is {_f(fh['implications']['chance'], 1)} in every column.", "",
-              "### Data ordering at zoo scale (new people's implication rank after fine-tuning their facts)", "",
-              "| pretraining order | mean rank | per seed | paper |", "|---|---|---|---|"]
-    paper_order = {"joint": "generalizes", "facts_first": "generalizes", "implications_first": "near chance"}
-    for o in ("joint", "facts_first", "implications_first"):
-        seeds = ", ".join(_f(r["test_implications"]) for r in order["per_seed"][o])
-        lines.append(f"| {o.replace('_', ' ')} | {_f(order[o])} | {seeds} | {paper_order[o]} |")
-    lines.append(f"| chance | {_f(order['chance'], 1)} | | |")
-    lines += ["", "### The strongest components (first-hop facts delta, scored on the implication prompts)", "",
-              "| score | layer | unit | score summed over positions |", "|---|---|---|---|"]
-    for name in ("informative", "upstream", "downstream"):
-        for layer, unit, v in _top(res, name, 3):
-            lines.append(f"| {name} | {layer} | {unit} | {v:.4f} |")
-    return "\n".join(lines)
-
-
-def write_doc(json_path: str | Path = DOCS_JSON) -> Path:
-    """Fill the generated block of docs/extractive.md from the committed JSON."""
-    from interp.storage import fill_between
-
-    res = json.loads(Path(json_path).read_text())
-    return fill_between(Path(json_path).with_name("extractive.md"),
-                        "<!-- tables: generated by interp.studies.extractive.write_doc -->", "<!-- end tables -->",
-                        markdown(res))
