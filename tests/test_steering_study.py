@@ -47,7 +47,7 @@ def test_rates_are_over_all_prompts():
 
 @pytest.mark.parametrize("flip, randoms, want", [
     (0.9, [0.1, 0.2], "reproduced"),
-    (0.3, [0.1, 0.2], "reproduced"),  # small, but outside every random draw
+    (0.3, [0.1, 0.2], "partly"),  # outside every random draw, but under half the paper's margin
     (0.9, [0.1, 0.95], "not distinguishable from control"),  # a random direction of the same norm flips as often
     (0.05, [0.1, 0.2], "not reproduced"),  # the flip keeps agreement more often than random pushes do
 ])

@@ -282,7 +282,7 @@ def _reading(d: _Doc, v: dict[str, Any]) -> str:
             f"displacement core {d.n('displacement', 'core')}, diff {d.n('displacement', 'diff')} (residual units).")
 
 
-def _gap(d: _Doc, g: dict[str, Any]) -> tuple[list[str], str]:
+def _gap(d: _Doc, g: dict[str, Any]) -> tuple[list[str], list[str]]:
     strengths = list(g["random"])
     row = [d.spec, d.n("gap", "layer"), *[d.n("gap", "flip", f"core@{s}") for s in strengths],
            *[d.n("gap", "random", s, "max") for s in strengths], d.n("gap", "flip", "core_mid"), d.n("gap", "flip", "diff@1"),

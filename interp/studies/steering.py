@@ -326,12 +326,17 @@ def claim(spec: str, axis: str, flip: float, randoms: list[float], judged: list[
     text = f"{spec}: flipping the {name} inverts verb number beyond random axes of the same norm"
     readable = judged is None or sum(judged) / len(judged) >= JUDGED_MIN
     out = judge(text, flip if readable else None, sum(randoms) / len(randoms), "greater",
-                control_ci=[min(randoms), max(randoms)])
+                control_ci=[min(randoms), max(randoms)], paper=PAPER["flip_rate"], paper_control=PAPER["control_flip_rate"])
     if not readable:
         out["note"] = f"random pushes of this norm leave continuations the judge cannot read; flip rate {flip!r}"
     return out
 
 
+# The paper gives no flip rate; its claim ("flipping this axis inverts grammatical number throughout
+# open-ended generation") is read as every continuation inverted against none for a control, so a
+# margin under half of that is "partly" (interp.studies.verdicts, min_share 0.5).
+PAPER = {"flip_rate": 1.0, "control_flip_rate": 0.0,
+         "source": "Schiffman 2026, abstract: the flip 'inverts grammatical number throughout open-ended generation'"}
 JUDGED_MIN = 0.8  # the judged fraction a run needs (issue 26) before its flip rate counts
 
 
@@ -400,7 +405,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     start = time.perf_counter()
     b = resolve(BUDGETS, budget, overrides)
     store = Units(STUDY, units, version=VERSION)
-    out: dict[str, Any] = {"models": {}}
+    out: dict[str, Any] = {"paper": PAPER, "models": {}}
     for spec in (list(models) if models else list(DEFAULT_MODELS)):
         out["models"][spec] = _model_result(store, _Model(spec, b), progress)
     total = sum(len(v["dev_verb_flip"]["core"]) * 2 + _n_test_runs(b, s.startswith("zoo:"), "gap" in v)
