@@ -204,7 +204,10 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     fraction = paper_fraction(b)
     out["budget"] = budget_record(budget, b, fraction, done, total)
     out["budgets"] = BUDGETS
-    out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, done, total, units_run=store.ran)
+    name = lambda c: f"{c['unit']} {c.get('model', 'zoo')} seed {c['seed']}"  # noqa: E731
+    out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, done, total, units_run=store.ran,
+                                   units_s={name(c): store.seconds(c) for c in configs})
+    out["units_s_total"] = sum(store.seconds(c) or 0.0 for c in configs)  # compute time of every unit, as stored
     return out
 
 
@@ -323,12 +326,12 @@ def paper_fraction(b: dict[str, Any]) -> float:
 # x ~15 tokens is bound by memory traffic and kernel launches, not arithmetic. Assumed: each trainable
 # float is read or written ~16 times a step (weight + delta in forward and backward, gradient, Adam's
 # two moments and the update), at 2e12 bytes/s, plus ~1000 kernel launches at 10 us.
-GPU_ASSUMED = {"touches_per_param": 16, "bytes_per_s": 2e12, "launches": 1000, "launch_s": 1e-5}
+GPU_ASSUMED = {"touches_per_param": 16, "gb_per_s": 2000, "launches": 1000, "launch_us": 10}
 
 
 def gpu_estimate(trainable: int) -> float:
     a = GPU_ASSUMED
-    return trainable * 4 * a["touches_per_param"] / a["bytes_per_s"] + a["launches"] * a["launch_s"]
+    return trainable * 4 * a["touches_per_param"] / (a["gb_per_s"] * 1e9) + a["launches"] * a["launch_us"] * 1e-6
 
 
 def timing(b: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:

@@ -31,18 +31,20 @@ def _run(r: Render, d: dict) -> str:
         f"{r.int('/budget/units_done')} of {r.int('/budget/units_total')} units done. Run `{prov['date']}` in "
         f"{r.num('/provenance/wall_s')} s ({r.int('/provenance/units_run')} units computed by this run, the rest read back) "
         f"on `{prov['machine']['cpu']}`, {r.int('/provenance/machine/cpus')} CPUs shared with other jobs, "
-        f"{r.int('/provenance/machine/torch_threads')} torch threads, commit `{prov['commit']}`."]
+        f"{r.int('/provenance/machine/torch_threads')} torch threads, commit `{prov['commit']}`. The units' own compute, as "
+        f"stored when each ran (a rerun reads them back): {r.num('/units_s_total')} s in all; "
+        + "; ".join(f"`{k}` {r.num(pointer('provenance', 'units_s', k))} s" for k in prov["units_s"]) + "."]
     t = d["timing"]
     for spec, row in t["models"].items():
         base = pointer("timing", "models", spec)
-        line = (f"`{spec}`: a fine-tuning step took {r.num(base + '/s_per_step')} s here (measured over "
-                f"{r.int(base + '/steps')} steps of this run), so the `paper` budget's {r.int('/timing/paper_steps_per_model')} "
+        line = (f"`{spec}`: a fine-tuning step took {r.num(base + '/s_per_step')} s here (measured over the "
+                f"{r.int(base + '/steps')} steps of this budget's fine-tunes, as stored), so the `paper` budget's {r.int('/timing/paper_steps_per_model')} "
                 f"steps per model take about {r.num(base + '/paper_cpu_h')} h on this CPU.")
         if "gpu_s_per_step_estimate" in row:
             line += (f" *GPU, an estimate (no GPU was lent to this session):* {r.int(base + '/trainable')} trainable floats "
                      f"touched {r.int('/timing/gpu_assumed/touches_per_param')} times a step at "
-                     f"{r.num('/timing/gpu_assumed/bytes_per_s')} bytes/s plus {r.int('/timing/gpu_assumed/launches')} launches "
-                     f"of {r.num('/timing/gpu_assumed/launch_s')} s give {r.num(base + '/gpu_s_per_step_estimate')} s a step, "
+                     f"{r.int('/timing/gpu_assumed/gb_per_s')} GB/s plus {r.int('/timing/gpu_assumed/launches')} launches "
+                     f"of {r.int('/timing/gpu_assumed/launch_us')} µs give {r.num(base + '/gpu_s_per_step_estimate')} s a step, "
                      f"about {r.num(base + '/paper_gpu_min_estimate')} min for the `paper` budget's fine-tunes of this model "
                      "(extractive scores and evaluation not counted).")
         lines.append(line)
