@@ -35,7 +35,7 @@ from typing import Any, Iterable
 from interp.errors import InterpError
 from interp.storage import fill_between
 
-__all__ = ["Render", "check", "get", "keys_of", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
+__all__ = ["Checker", "Render", "check", "get", "headline_verdicts", "keys_of", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
            "ALLOWED_BLOCKS"]
 
 # a number not glued to a word or a hyphenated name ("h0", "L3H2", "Gemma-3", "4-layer" are labels),
@@ -205,9 +205,22 @@ def _matches(value: Any, shown: float, half: float, integer: bool) -> bool:
 
 def check(markdown: str, data: dict) -> list[str]:
     """Problems of the generated regions of `markdown` against `data` (empty: every number bound)."""
+    return Checker(markdown).check(data)
+
+
+class Checker:
+    """`check` with the markdown parsed once (the 1 % test checks one doc against many JSONs)."""
+
+    def __init__(self, markdown: str):
+        self.parsed = [(name, _scan(body), keys) for name, body, keys in regions(markdown)]
+
+    def check(self, data: dict) -> list[str]:
+        return _check(self.parsed, data)
+
+
+def _check(parsed: list, data: dict) -> list[str]:
     bad = []
-    for name, body, keys in regions(markdown):
-        found = _scan(body)
+    for name, found, keys in parsed:
         if len(found) != len(keys):
             bad.append(f"region {name}: {len(found)} numbers, {len(keys)} keys")
             continue
@@ -272,3 +285,48 @@ def prose_numbers(markdown: str, data: dict) -> list[str]:
 def keys_of(markdown: str) -> Iterable[str]:
     """Every JSON pointer a doc's regions name (each once)."""
     return list(dict.fromkeys(k for _, _, keys in regions(markdown) for k in keys))
+
+
+# ---------------------------------------------------------------------------------------------
+# the README's study table: each study's headline verdict words, read from its committed JSON
+
+
+def headline_verdicts(data: Any, path: str = "") -> list[tuple[str, str, str]]:
+    """(path, label, word) of the outermost verdict dicts of a study JSON (a dict with a "word" that
+    no other such dict contains): a claim's word, not the per-seed or per-domain words under it."""
+    out: list[tuple[str, str, str]] = []
+    if isinstance(data, dict):
+        if isinstance(data.get("word"), str):
+            label = data.get("label") or data.get("claim_text") or path.rsplit("/", 1)[-1]
+            return [(path, str(label), data["word"])]
+        for k, v in data.items():
+            out += headline_verdicts(v, f"{path}/{k}")
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            out += headline_verdicts(v, f"{path}/{i}")
+    return out
+
+
+def readme_table(docs_dir: str | Path) -> str:
+    """The README's study table: per docs/X_repro.json, its headline verdicts (interp.studies.verdicts
+    words as stored, so the README never says more than a JSON) and their combination."""
+    from interp.studies.verdicts import combine
+
+    lines = ["| study | its claims, as its JSON words them | overall |", "|---|---|---|"]
+    for data in sorted(Path(docs_dir).glob("*_repro.json")):
+        doc = data.name.replace("_repro.json", ".md")
+        found = headline_verdicts(json.loads(data.read_text()))
+        if not found:
+            lines.append(f"| `docs/{doc}` | no verdict words in `{data.name}` yet: read the doc | |")
+            continue
+        claims = "; ".join(f"{label}: **{word}**" for _, label, word in found)
+        lines.append(f"| `docs/{doc}` | {claims} | {combine(w for _, _, w in found)} |")
+    return "\n".join(lines)
+
+
+README_BEGIN, README_END = "<!-- gen:studies -->", "<!-- /gen:studies -->"
+
+
+def write_readme(readme: str | Path, docs_dir: str | Path) -> Path:
+    """Refill the README's study table from the committed JSONs."""
+    return fill_between(readme, README_BEGIN, README_END, readme_table(docs_dir))

@@ -279,9 +279,12 @@ def _model_result(spec: str, res: dict, b: dict) -> dict:
                 claim3[d] = judge(claim3[d]["claim_text"], float((own - other).mean()), 0.0, "greater",
                                   diff_ci=_boot(own - other, k, draws))
     out["claims"] = {
-        "1": {"per_format": claim1, "word": against_all(v["word"] for v in claim1.values())},
-        "2": {"per_domain": claim2, "word": combine(v["word"] for v in claim2.values())},
-        "3": {"per_domain": claim3, "word": combine(v["word"] for v in claim3.values())},
+        "1": {"label": f"{spec}: {PAPER['claims']['1']}", "per_format": claim1,
+              "word": against_all(v["word"] for v in claim1.values())},
+        "2": {"label": f"{spec}: {PAPER['claims']['2']}", "per_domain": claim2,
+              "word": combine(v["word"] for v in claim2.values())},
+        "3": {"label": f"{spec}: {PAPER['claims']['3']}", "per_domain": claim3,
+              "word": combine(v["word"] for v in claim3.values())},
     }
     return out
 

@@ -47,10 +47,10 @@ def _interval(x: Sequence[float] | None, name: str) -> tuple[float, float] | Non
     return lo, hi
 
 
-def verdict(effect: float | None, control: float | None, claim: str = "greater", *,
+def verdict(effect: float | int | None, control: float | int | None, claim: str = "greater", *,
             effect_ci: Sequence[float] | None = None, control_ci: Sequence[float] | None = None,
-            diff_ci: Sequence[float] | None = None, tol: float = 0.0, paper: float | None = None,
-            paper_control: float | None = None, min_share: float = 0.5, setup_control: bool = False) -> str:
+            diff_ci: Sequence[float] | None = None, tol: float | int = 0.0, paper: float | int | None = None,
+            paper_control: float | int | None = None, min_share: float = 0.5, setup_control: bool = False) -> str:
     """The verdict word for `effect` against `control` under the paper's `claim` ("greater": the paper says
     the effect exceeds the control; "less": it is below, e.g. a rank). See the module doc for the rules."""
     if claim not in CLAIMS:
@@ -83,7 +83,8 @@ def verdict(effect: float | None, control: float | None, claim: str = "greater",
     return REPRODUCED
 
 
-def judge(claim_text: str, effect: float | None, control: float | None, claim: str = "greater", **rule: Any) -> dict:
+def judge(claim_text: str, effect: float | int | None, control: float | int | None, claim: str = "greater",
+          **rule: Any) -> dict:
     """verdict(...) with its inputs, as the dict a study stores in its JSON (`rejudge` recomputes it)."""
     word = verdict(effect, control, claim, **rule)
     clean = {k: (list(v) if isinstance(v, tuple) else v) for k, v in rule.items() if v is not None}
