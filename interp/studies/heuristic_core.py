@@ -244,7 +244,7 @@ def _aggregate(model, spec: str, configs: list[dict[str, Any]], results: list[di
     done = [(c, r) for c, r in zip(configs, results) if r is not None]
     for c, r in done:
         out["masks"].append({"sparsity": c["sparsity"], "seed": c["seed"], "achieved_sparsity": r["achieved_sparsity"],
-                             "within_tolerance": abs(r["achieved_sparsity"] - c["sparsity"]) <= SPARSITY_TOLERANCE + 1e-9,
+                             "within_tolerance": abs(r["achieved_sparsity"] - c["sparsity"]) <= SPARSITY_TOLERANCE + 1e-6,
                              "units_off": r["units_off"], "units": r["units"], "accuracy": r["accuracy"],
                              "final_kl": r["final_kl"], "heads": r["heads"], "mlps": r["mlps"],
                              "seconds": r["seconds"], "learned_with": r["learned_with"]})
@@ -262,7 +262,7 @@ def _aggregate(model, spec: str, configs: list[dict[str, Any]], results: list[di
         entry.update({
             "achieved_sparsity": spread(achieved),
             "off_target": [{"seed": c["seed"], "achieved_sparsity": r["achieved_sparsity"]} for c, r in mine
-                           if abs(r["achieved_sparsity"] - sp) > SPARSITY_TOLERANCE + 1e-9],
+                           if abs(r["achieved_sparsity"] - sp) > SPARSITY_TOLERANCE + 1e-6],
             "distinct": len(uniq), "duplicates": dups, "duplicate_count": len(dups),
             "id": spread([acc[m.name][id_split] for m in uniq]), "ood": spread([acc[m.name][ood_split] for m in uniq]),
         })
@@ -426,7 +426,7 @@ def verdicts(model: dict[str, Any], paper_sparsity: float) -> dict[str, dict[str
                         s["ood"]["std"] if null else None, null["median"] if null else None, "greater",
                         control_ci=(null["q05"], null["q95"]) if null else None),
         "core": judge("the core is larger than the core of random masks with the same per-layer counts (units)",
-                      s["core"]["units"] if ok else None, s["core"]["chance_units_mean"] if ok else None, "greater",
+                      float(s["core"]["units"]) if ok else None, s["core"]["chance_units_mean"] if ok else None, "greater",
                       control_ci=(s["core"]["chance_units_q05"], s["core"]["chance_units_q95"]) if ok else None),
         "heuristic": judge("the core alone does worse out of distribution than the full model (accuracy)",
                            s["core"]["alone"][ood] if ok else None, model["full"][ood] if ok else None, "less", tol=0.05),

@@ -63,7 +63,7 @@ def _model(r: Render, data: dict[str, Any], spec: str) -> list[str]:
         sp = (*at, "sparsities", key)
         target = f"`{key}`"
         if not s["done"]:
-            out.append(f"| {target} | 0 / {r.int(pointer(*sp, 'planned'))} | — | — | — | — | — | — | — | — | — | — |")
+            out.append(f"| {target} | {r.int(pointer(*sp, 'done'))} / {r.int(pointer(*sp, 'planned'))} | — | — | — | — | — | — | — | — | — | — |")
             continue
         c, ctl = (*sp, "core"), (*sp, "random_control")
         cells = [target, f"{r.int(pointer(*sp, 'done'))} / {r.int(pointer(*sp, 'planned'))}",
@@ -109,6 +109,39 @@ def _timing(r: Render, data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _reading(r: Render, data: dict[str, Any]) -> str:
+    """Sentences on the first zoo model at the paper's sparsity, worded from the verdicts."""
+    zoo = [s for s in data["models"] if s.startswith("zoo:") and "sparsities" in data["models"][s]]
+    key = f"{data['paper']['sparsity']:g}"
+    if not zoo or not data["models"][zoo[0]]["sparsities"].get(key, {}).get("done"):
+        return "No zoo mask at the paper's sparsity is stored yet, so no claim is read."
+    spec = zoo[0]
+    m, at = data["models"][spec], ("models", zoo[0])
+    s, sp = m["sparsities"][key], (*at, "sparsities", key)
+    idk, oodk = m["id_split"], m["ood_split"]
+    off = len(s["off_target"])
+    out = [f"On `{spec}` at target sparsity `{key}`, {r.int(pointer(*sp, 'done'))} masks of the official recipe at the paper's "
+           f"schedule switch off {r.num(pointer(*sp, 'achieved_sparsity', 'min'))}–{r.num(pointer(*sp, 'achieved_sparsity', 'max'))} "
+           f"of the units: " + ("every one within the tolerance of its target." if not off else
+                                "not all within the tolerance of their target (the per-mask table names them).")]
+    out.append(f"In distribution the {r.int(pointer(*sp, 'distinct'))} distinct masks score {r.num(pointer(*sp, 'id', 'min'))}–"
+               f"{r.num(pointer(*sp, 'id', 'max'))}, out of distribution {r.num(pointer(*sp, 'ood', 'min'))}–{r.num(pointer(*sp, 'ood', 'max'))}: "
+               "the paper's pattern of subnetworks alike in distribution and apart out of it. Random masks with the same per-layer "
+               f"counts whose ID accuracy falls in the same window ({r.int(pointer(*sp, 'random_control', 'matched'))} of "
+               f"{r.int(pointer(*sp, 'random_control', 'draws'))}) score {r.num(pointer(*sp, 'random_control', 'matched_ood', 'min'))}–"
+               f"{r.num(pointer(*sp, 'random_control', 'matched_ood', 'max'))} out of distribution, so the learned spread against that "
+               f"control is **{r.text(pointer(*at, 'verdicts', 'spread', 'word'))}**.")
+    out.append(f"The core (units in every distinct mask) keeps {r.int(pointer(*sp, 'core', 'units'))} units, against "
+               f"{r.num(pointer(*sp, 'core', 'chance_units_mean'))} on average for the cores of random masks of the same per-layer sizes "
+               f"(p = {r.num(pointer(*sp, 'core', 'p_value'))}): a core larger than chance is **{r.text(pointer(*at, 'verdicts', 'core', 'word'))}**.")
+    out.append(f"Kept alone, the core scores {r.num(pointer(*sp, 'core', 'alone', idk))} in distribution"
+               + (f" (the nearest-noun heuristic: {r.num(pointer(*at, 'nearest_noun_heuristic', idk))})" if "nearest_noun_heuristic" in m else "")
+               + f" and {r.num(pointer(*sp, 'core', 'alone', oodk))} out of distribution, where the full model scores "
+               f"{r.num(pointer(*at, 'full', oodk))}: a core that fails out of distribution is **{r.text(pointer(*at, 'verdicts', 'heuristic', 'word'))}** "
+               "against the full model; no random core of the same size was scored alone in this run, so that reading has no chance control.")
+    return " ".join(out)
+
+
 def regions(data: dict[str, Any]) -> dict[str, str]:
     """The doc's regions for one `heuristic_core.repro` JSON."""
     r = Render(data)
@@ -118,6 +151,7 @@ def regions(data: dict[str, Any]) -> dict[str, str]:
         lines += _model(r, data, spec)
     out["hc-results"] = r.region("\n".join(lines).rstrip())
     out["hc-timing"] = r.region(_timing(r, data))
+    out["hc-reading"] = r.region(_reading(r, data))
     return out
 
 
