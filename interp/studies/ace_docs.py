@@ -61,8 +61,8 @@ class _R(Render):
 
     def rng(self, pairs: list[tuple]) -> str:
         """The smallest and largest of several keyed values as "lo-hi" (one value when they agree)."""
-        lo, hi = min(pairs)[1], max(pairs)[1]
-        return self.num(lo) if lo == hi else f"{self.num(lo)} to {self.num(hi)}"
+        (lo_v, lo), (hi_v, hi) = min(pairs), max(pairs)
+        return self.num(lo) if lo_v == hi_v else f"{self.num(lo)} to {self.num(hi)}"
 
 
 def _markov(r: _R, m: dict[str, Any]) -> dict[str, str]:
@@ -103,7 +103,7 @@ def _modular(r: _R, mod: dict[str, Any]) -> str:
         if "k" not in v:
             continue
         p = ("modular", "checkpoints", label)
-        freqs = ", ".join(f"{r.int(pointer(*p, 'dominant_frequencies', i))} ({r.num(pointer(*p, 'power_fraction', i), digits=2)})"
+        freqs = ", ".join(f"{r.int(pointer(*p, 'dominant_frequencies', i))} ({r.num(pointer(*p, 'power_fraction', i))})"
                           for i in range(len(v["dominant_frequencies"])))
         rows.append([label, r.int(pointer(*p, "step")), r.num(pointer(*p, "train_acc"), digits=4), r.num(pointer(*p, "test_acc"), digits=4),
                      r.int(pointer(*p, "k")), freqs])
@@ -189,10 +189,13 @@ def _scan(r: _R, base: tuple, models: dict[str, Any]) -> str:
             ld = (*p, "logit_diff")
             rows.append([name, f"`{layer}`", r.int(pointer(*p, "k")), r.num(pointer(*p, "full_logit_diff")),
                          *[r.ctl(*ld, m_) for m_ in ("core_only", "core_removed", "core_flipped")],
-                         r.int(pointer(*ld, "core_only", "random_beats_core")), _yes(v["necessary"]), _yes(v["sufficient"]),
+                         r.int(pointer(*ld, "core_only", "random_beats_core")),
+                         f"{r.num(pointer(*p, 'accuracy', 'core_only', 'core'))} ({r.num(pointer(*p, 'accuracy', 'core_only', 'random_mean'))})",
+                         _yes(v["necessary"]), _yes(v["sufficient"]),
                          v["sufficiency_judge"]["word"]])
     return _table(["model", "layer", "k", "full", "core only (random mean [min, max])", "core removed", "core flipped",
-                   "random draws keeping as much as the core", "necessary", "sufficient", "word: core only vs random"], rows)
+                   "random draws keeping as much as the core", "acc: core only (random mean)", "necessary", "sufficient",
+                   "word: core only vs random"], rows)
 
 
 def _real(r: _R, real: dict[str, Any]) -> dict[str, str]:
@@ -338,6 +341,19 @@ def readings(r: _R, result: dict[str, Any]) -> dict[str, str]:
             "unembedding readout (abs cos with the last layer's top output-gradient direction " +
             r.rng(_vals(r, [pointer("sva", "families", f, "layers", v["site"], "axis_cos_readout") for f, v in fams.items()])) +
             "), so the choice is forced in " + (", ".join(forced) or "no family") + ".")
+    if "models" in result.get("real", {}).get("sva", {}):
+        parts = []
+        for n, v in result["real"]["sva"]["models"].items():
+            for layer, row in v["scan"].items():
+                acc = row["accuracy"]["core_only"]
+                if row["sufficient"] and acc["random_mean"] > acc["core"]:
+                    p = ("real", "sva", "models", n, "scan", layer, "accuracy", "core_only")
+                    parts.append(f"{n} layer `{layer}` (core {r.num(pointer(*p, 'core'))}, random {r.num(pointer(*p, 'random_mean'))})")
+        out["real_sva_reading"] = r.region(
+            "\"Sufficient\" is read on the logit difference. On agreement accuracy, keeping only a random subspace of the same k "
+            "keeps more than keeping only the core at " + ("; ".join(parts) or "no layer called sufficient") + ": there the core "
+            "carries the size of the is/are preference but is not what keeps each prompt on the right side, so these layers' "
+            "sufficiency is not claimed beyond the logit difference. Necessity holds only in the last layers (table).")
     if "families" in result.get("ioi", {}):
         ioi = result["ioi"]
         runs = [("ioi", "families", f) for f in ioi["families"]] + [("ioi", "code_sizes", k) for k in ioi.get("code_sizes", {})]

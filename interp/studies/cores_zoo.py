@@ -303,16 +303,17 @@ def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
 
     units = units or NoStore()
     out: dict[str, Any] = {"draws": draws, "families": {}, "code_sizes": {}}
-    for family, model in tqdm(models.items(), desc="cores: ioi families", disable=not progress):
-        cfg = {"section": "ioi", "family": family, "rows": n, "draws": draws}
-        dims = _name_code_dims(zoo_dir(f"lm-{family}"))
-        out["families"][family] = units.run(cfg, lambda: _ioi_family(model, dims, n, draws))
+    # the retrained code sizes first: the check that k is not read off the construction
     for spec in code_sizes:
         family, dims = spec.split(":")
         path = _retrained(units, family, int(dims))
         cfg = {"section": "ioi", "family": family, "name_codes": int(dims), "rows": n, "draws": draws}
         out["code_sizes"][spec] = units.run(cfg, lambda: _ioi_family(load(path), int(dims), n, draws))
         out["code_sizes"][spec]["training"] = units.get({"section": "retrain", "family": family, "name_codes": int(dims)})
+    for family, model in tqdm(models.items(), desc="cores: ioi families", disable=not progress):
+        cfg = {"section": "ioi", "family": family, "rows": n, "draws": draws}
+        dims = _name_code_dims(zoo_dir(f"lm-{family}"))
+        out["families"][family] = units.run(cfg, lambda: _ioi_family(model, dims, n, draws))
     prompts = list(english.ioi(align_prompts, split="train", seed=2).text)
     sites = {f: v["sites"] for f, v in out["families"].items()}
     if len(sites) > 1:
