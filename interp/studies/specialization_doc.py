@@ -75,6 +75,16 @@ def _matrix(r: Render, spec: str, m: dict) -> list[str]:
     return out
 
 
+def _rows(r: Render, spec: str, m: dict) -> list[str]:
+    if "test_rows" not in m:
+        return []
+    out = ["Test rows per task (a zero-shot task gives each of its items once; the others ask items again under",
+           "other solved examples up to the budget's rows):", "", "| task | test rows | distinct items |", "|---|---|---|"]
+    for t in m["test_rows"]:
+        out.append(f"| {t} | {r.int(pointer('models', spec, 'test_rows', t))} | {r.int(pointer('models', spec, 'test_items', t))} |")
+    return out + [""]
+
+
 def _probes(r: Render, spec: str, m: dict) -> list[str]:
     if not m["subnetworks"]:
         return ["No probe is stored yet."]
@@ -116,12 +126,16 @@ def _claims23(r: Render, spec: str, m: dict) -> list[str]:
 def regions(result: dict) -> dict[str, str]:
     """{region name: rendered body} for docs/specialization.md."""
     r = Render(result)
-    out = {"run": r.region(_run_line(r, result)), "verdicts": r.region(_verdicts(r, result))}
+    times = [f"| {name} | {r.num(pointer('provenance', 'units_s', name))} |"
+             for name, sec in result["provenance"].get("units_s", {}).items() if sec is not None]
+    timing = ["", "Seconds each stored unit took when it ran (this shared two-core CPU, loaded by other work):", "",
+              "| unit | seconds |", "|---|---|", *times] if times else []
+    out = {"run": r.region("\n".join([_run_line(r, result), *timing])), "verdicts": r.region(_verdicts(r, result))}
     body: list[str] = []
     for spec, m in result["models"].items():
         body += [f"### `{spec}`", "", "Overlap of the tasks' top weights (Jaccard), against tasks dealt to domains at random:",
                  "", *_overlap(r, spec, m), "", "Test accuracy among the options, with percentile bootstrap intervals (test items resampled):", "",
-                 *_matrix(r, spec, m), "", "Probes:", "", *_probes(r, spec, m), "", "The second and third claims per domain (differences with paired bootstrap intervals):", "",
+                 *_matrix(r, spec, m), "", *_rows(r, spec, m), "Probes:", "", *_probes(r, spec, m), "", "The second and third claims per domain (differences with paired bootstrap intervals):", "",
                  *_claims23(r, spec, m), ""]
     out["results"] = r.region("\n".join(body).rstrip())
     return out
