@@ -15,6 +15,7 @@ from interp.cores import Core, controls, extract, validate
 from interp.errors import InterpError
 from interp.studies import ace_docs, ace_real
 from interp.studies import cores as cores_study
+from interp.studies.verdicts import rejudge
 from interp.tasks import english, markov
 
 pytestmark = pytest.mark.filterwarnings("ignore:A forward hook edited hook_scale")
@@ -120,7 +121,9 @@ def test_quick_study_is_one_json_of_units_with_controls(quick):
     drop = ("provenance",)
     assert {k: v for k, v in r.items() if k not in drop} == {k: v for k, v in again.items() if k not in drop}
     s = r["markov"]["seeds"]["markov-s0"]
-    assert s["controls"]["random"]["n"] == 20 and r["markov"]["verdict"] in ("not distinguishable from control", "distinguishable from control")
+    assert s["controls"]["random"]["n"] == 20 and r["markov"]["verdict"] == s["verdict"]["word"]
+    assert s["verdict"]["word"] == ("reproduced" if s["random_planes_beaten"] else "forced")  # the random plane is a set-up control
+    assert rejudge(r) == []  # every word follows from its numbers (interp.studies.verdicts)
     fam = r["sva"]["families"]["llama"]
     assert set(fam["layers"]) == {f"blocks.{i}.hook_resid_post" for i in range(4)}  # every layer read
     assert all(len(v["core"]["validation"]["core_only"]["binary_accuracy"]) == 5 for v in fam["layers"].values())
@@ -129,4 +132,4 @@ def test_quick_study_is_one_json_of_units_with_controls(quick):
     assert r["command"] == "interp repro cores --budget quick --set markov_rows=32 --set operator_rows=16 --set rows=32"
     json.dumps(r)  # one JSON
     md = ace_docs.repro_markdown(r)
-    assert "not distinguishable from control" in md or "distinguishable from control" in md
+    assert r["markov"]["verdict"] in md and r["sva"]["verdict"] in md
