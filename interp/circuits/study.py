@@ -191,7 +191,7 @@ def repro(progress: bool = True, models: list[str] | None = None, budget: str = 
         if "refused" not in m:
             gap = m["spearman_gap"]
             res["verdicts"][c["model"]] = judge(
-                "EAP-IG ranks edges like exact patching better than EAP (Spearman, bootstrap over edges)",
+                f"{c['model']}: EAP-IG ranks edges like exact patching better than EAP (Spearman, bootstrap over edges)",
                 m["correlation"]["eap_ig"]["spearman"], m["correlation"]["eap"]["spearman"], "greater", diff_ci=gap["ci"])
     done, total = store.count(configs)
     full = BUDGETS["paper"]
@@ -241,8 +241,8 @@ def _run_region(r, d: dict[str, Any]) -> str:
              f"{r.int('/provenance/machine/torch_threads')} torch threads, commit `{prov['commit']}`. Per model unit: "
              + "; ".join(f"`{k}` {r.num(f'/provenance/units_s/{k}')} s" for k in prov["units_s"]) + ".",
              f"The `paper` budget: `{COMMAND.format(name='paper')}` (resumable; it adds `smollm2-135m` with a sample of "
-             "exactly patched edges). Its SmolLM2 unit is estimated from the stored per-model seconds of the zoo units and the "
-             "forward + backward times in the timing table, not measured here. *GPU: not measured (no GPU was lent to this "
+             "exactly patched edges). On this CPU it takes the zoo units above plus one SmolLM2 unit, which this run did not "
+             "measure, so no time is claimed for it. *GPU: not measured (no GPU was lent to this "
              "session); every method here is a batched forward/backward, so a GPU's time is bounded below by the "
              "forward + backward column divided by the GPU's speed-up on a model this small.*"]
     return r.region("\n\n".join(lines))

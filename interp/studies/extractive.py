@@ -196,7 +196,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
             if c.get("model") == spec:
                 per.setdefault(str(c["seed"]), {})[c["unit"]] = results[i]
         out["models"][spec] = {"seeds": per, "mean": _means(per)}
-        out["models"][spec]["verdicts"] = verdicts(out["models"][spec]["mean"], per)
+        out["models"][spec]["verdicts"] = verdicts(out["models"][spec]["mean"], per, spec)
     out["data_ordering"] = _ordering([results[i] for i, c in enumerate(configs) if c["unit"] == "ordering"])
     out["verdicts"] = {"data_ordering": _ordering_verdict(out["data_ordering"])}
     out["timing"] = timing(b, out)
@@ -268,23 +268,25 @@ def _rule(effects: list[float], controls: list[float]) -> dict[str, Any]:
     return {"diff_ci": (min(d), max(d))}
 
 
-def verdicts(m: dict[str, Any], per: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def verdicts(m: dict[str, Any], per: dict[str, dict[str, Any]], model: str = "") -> dict[str, Any]:
     """The claims' words by interp.studies.verdicts (ranks: lower is the paper's side). The second hop
     is "not run" unless its facts were learned (rank <= LEARNED) in every seed: implications of facts
     never learned test nothing. Grafting must beat the control graft and the set-2 facts delta alone
-    (a graft no better than the facts alone shows no transferred structure)."""
+    (a graft no better than the facts alone shows no transferred structure). `model` prefixes each claim."""
     s = lambda k: m[k + "_per_seed"]  # noqa: E731
-    first = judge("fine-tuning on facts lowers the rank of their implications", m["first_impl_after"], m["first_impl_before"],
+    judge_ = lambda text, *a, **k: judge(f"{model}: {text}" if model else text, *a, **k)  # noqa: E731
+    first = judge_("fine-tuning on facts lowers the rank of their implications", m["first_impl_after"], m["first_impl_before"],
                   "less", **_rule(s("first_impl_after"), s("first_impl_before")))
     learned = m["second_learned_seeds"] == m["seeds"]
-    second = judge("the same for the second hop (read only when its facts were learned)",
+    second = judge_("the same for the second hop (read only when its facts were learned)",
                    m["second_impl_after"] if learned else None, m["second_impl_before"], "less",
                    **_rule(s("second_impl_after"), s("second_impl_before")))
-    graft = {"vs_control": judge("the graft ranks set-2 implications better than the control graft", m["graft"],
+    graft = {"vs_control": judge_("the graft ranks set-2 implications better than the control graft", m["graft"],
                                  m["graft_control"], "less", **_rule(s("graft"), s("graft_control"))),
-             "vs_facts_alone": judge("the graft ranks them better than the set-2 facts delta alone", m["graft"],
+             "vs_facts_alone": judge_("the graft ranks them better than the set-2 facts delta alone", m["graft"],
                                      m["facts2_only"], "less", **_rule(s("graft"), s("facts2_only")))}
     graft["word"] = against_all(v["word"] for v in graft.values())
+    graft["label"] = f"{model}: grafting, against both controls" if model else "grafting, against both controls"
     return {"first_hop": first, "second_hop": second, "second_hop_learned": learned, "grafting": graft}
 
 
