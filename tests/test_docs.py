@@ -163,7 +163,6 @@ from interp.studies.verdicts import rejudge
 # Study docs not yet bound (no `<!-- gen:NAME -->` regions, or hand-written prose numbers left), each
 # with why. xfail strict: binding a doc makes its entry fail, so the entry is removed with the binding.
 UNBOUND = {
-    "extractive.md": "prose numbers not yet tied to keys",
     "scale.md": "an estimate sheet, not a study: configuration values scale.json does not hold",
 }
 

@@ -49,9 +49,9 @@ def _run(r: Render, d: dict) -> str:
                      "(extractive scores and evaluation not counted).")
         lines.append(line)
     lines.append(f"The `paper` budget: `{COMMAND.format(name='paper')}` (resumable: rerun the same command after a kill; "
-                 "`--units DIR` to keep the units elsewhere). It adds Gemma-3 (`gemma3-270m`) on the same schedule, a "
-                 "second-hop schedule meant to teach the second-hop facts, invented-relation grafting and layer-frozen "
-                 "fine-tunes; it has not been run here.")
+                 "`--units DIR` to keep the units elsewhere). It adds Gemma-3 (`gemma3-270m`), three seeds per model, a longer "
+                 "second-hop schedule, grafting on the invented relation and the layer-frozen fine-tunes; it has not been "
+                 "run here (the hours above, per model, on this shared CPU).")
     return r.region("\n\n".join(lines))
 
 
@@ -169,7 +169,7 @@ def _scores(r: Render, d: dict) -> str:
         sc = u["hops"]["scores"]
         base = pointer("models", spec, "seeds", seed, "hops", "scores")
         out += [f"`{spec}`, seed `{seed}`: first-hop facts delta scored on the implication prompts; upstream scores "
-                f"averaged over {r.int(pointer('models', spec, 'seeds', seed, 'hops', 'scores', 'counterfactuals'))} "
+                f"averaged over {r.int('/budget/values/counterfactuals')} "
                 "counterfactual people per prompt.", "", "| score | layer | unit | summed over positions |", "|---|---|---|---|"]
         for name in ("informative", "upstream", "downstream"):
             for suffix, layer, head, _ in _top(sc, name):
