@@ -68,18 +68,23 @@ cells = [
     ),
     new_markdown_cell(
         "## SmolLM2-135M: the committed study\n\n"
-        "`interp repro extractive --json > docs/extractive_repro.json` fine-tunes SmolLM2 on 20 invented people "
-        "(first hop: where they live; second hop: which city they are mayor of), grafts deltas, freezes layers and runs "
-        "the data-ordering experiment at zoo scale. Its numbers and score maps, read back:"
+        "`interp repro extractive --budget cpu --out docs/extractive_repro.json` fine-tunes SmolLM2 on 20 invented "
+        "people (first hop: where they live; second hop: which city they are mayor of), grafts deltas, restricts them to "
+        "early / late layers and runs the data-ordering experiment at zoo scale (`--budget paper` adds Gemma-3, seeds, "
+        "the invented relation). Its mean ranks, verdicts and score maps, read back:"
     ),
     new_code_cell(
         "import json\n"
         "from pathlib import Path\n"
+        "import interp\n"
         "from interp.studies import extractive as study\n"
-        "res = json.loads(study.DOCS_JSON.read_text())\n"
-        "{k: res[k] for k in ('model', 'first_hop', 'grafting')}"
+        "res = json.loads((Path(interp.__file__).resolve().parents[1] / 'docs' / 'extractive_repro.json').read_text())\n"
+        "m = res['models']['smollm2-135m']\n"
+        "{'budget': res['budget']['name'],\n"
+        " 'ranks': {k: v for k, v in m['mean'].items() if isinstance(v, float)},\n"
+        " 'verdicts': {k: v['word'] for k, v in m['verdicts'].items() if isinstance(v, dict)}}"
     ),
-    new_code_cell("plot.show(study.score_grids(res)[0])"),
+    new_code_cell("plot.show(study.score_grids({'model': 'smollm2-135m', 'scores': m['seeds']['0']['hops']['scores']})[0])"),
 ]
 
 nb = new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
