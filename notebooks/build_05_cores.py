@@ -108,7 +108,7 @@ cells = [
     new_markdown_cell(
         "## Beside the paper's findings\n\n"
         "`interp.studies.cores` holds the sections of `interp repro cores`; the Markov, modular-addition and SVA "
-        "sections run here (on 256 rows, the repro uses 512; about half a minute) and `repro_markdown` puts what they measure beside the paper's "
+        "sections run here (Markov on 256 rows, SVA on 64 with 20 random draws per layer; the repro uses 512) and `repro_markdown` puts what they measure beside the paper's "
         "findings. The IOI section (two sites per family, an operator transferred across families) takes several "
         "minutes: `interp repro cores` runs it, and `docs/cores.md` records the full JSON."
     ),
@@ -117,7 +117,7 @@ cells = [
         "from interp.studies import cores as cores_study\n"
         "measured = {'markov': cores_study.markov_section(progress=False, n=256),\n"
         "            'modular': cores_study.modular_section(progress=False),\n"
-        "            'sva': cores_study.sva_section(lms, progress=False, n=256)}\n"
+        "            'sva': cores_study.sva_section(lms, progress=False, n=64, align_prompts=64)}\n"
         "Markdown(cores_study.repro_markdown(measured).split('\\n\\nTotal')[0])"
     ),
 ]
