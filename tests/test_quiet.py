@@ -72,7 +72,7 @@ def test_subnetworks_shows_progress_over_seeds_and_steps(gpt2, capsys):
                 torch.full((n,), length - 1), tuple(map(str, range(n))), metric="logit_diff")
     subnetworks(gpt2, task, sparsity=0.5, seeds=[0, 1], steps=2, batch_size=4, progress=True)
     err = capsys.readouterr().err
-    assert "subnetworks s=0.5" in err and "mask s=0.5 seed=1" in err  # seeds, and each seed's steps
+    assert "masks s=0.5 seeds=0..1" in err  # one bar over the batched seeds' steps, naming the seeds
     subnetworks(gpt2, task, sparsity=0.5, seeds=[0], steps=2, batch_size=4, progress=False)
     assert capsys.readouterr().err == ""
 

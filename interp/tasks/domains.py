@@ -198,19 +198,25 @@ def task(model: Any, domain: str, name: str, *, split: str = "val", n: int = 32,
     if not repeat:
         _need(domain, name, split, len(pool), n)
     rng = random.Random(f"{domain}/{name}/{split}/{seed}")
-    rows, correct, texts, keys = [], [], [], []
+    rows, correct, texts, keys, seen = [], [], [], [], set()
     for rnd in range(1 + (n // max(1, len(pool)) + 1 if repeat else 0)):  # later rounds: other solved examples
         for key, slots, ans, template in rng.sample(pool, len(pool)):
             if len(rows) == n:
                 break
             others = [it for it in pool if it[0] != key and it[3] == template]
-            shown = [template.format(**s, answer=a) for _, s, a, _ in (rng.sample(others, shots) if shots else [])]
+            for _ in range(8):  # a repeated item must come under solved examples it has not had yet
+                shown = [template.format(**s, answer=a) for _, s, a, _ in (rng.sample(others, shots) if shots else [])]
+                if "\n".join([*shown, template.format(**slots, answer=ans)]) not in seen:
+                    break
+            else:
+                continue
             found = _answer_token(src, template, slots, ans, shown)
             if found is None:  # the answer merges with the prompt in this tokenizer: not a clean item
                 continue
             rows.append(found[0])
             correct.append(found[1])
             texts.append("\n".join([*shown, template.format(**slots, answer=ans)]))
+            seen.add(texts[-1])
             keys.append(f"{key}|{template}")
         if not shots:
             break  # zero-shot prompts cannot differ on a second round: each item once
