@@ -50,6 +50,7 @@ HOMES = {
     "Comparison": "interp.studies.steering",
     "Core": "interp.cores.results", "Operator": "interp.cores.results", "Alignment": "interp.cores.results",
     "ValidationBars": "interp.cores.results",
+    "Dictionary": "interp.features.dictionary",
 }
 T = TypeVar("T")
 
