@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interp.errors import InterpError
-from interp.results import atomic_dir
+from interp.storage import atomic_dir, cache_dir, file_sha256
 
 __all__ = ["REAL_MODELS", "RealModel", "cache_dir", "convert", "real_model_file"]
 
@@ -46,10 +46,6 @@ REAL_MODELS: dict[str, RealModel] = {
         "Gemma-3-270M base (Gemma-3 family, 18 layers, 4 query / 1 KV head): a 4-bit (Q4_K_M) GGUF build, "
         "dequantized to float32; Gemma terms of use"),
 }
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp")).expanduser()
 
 
 def _package_dir(model: RealModel) -> Path:
@@ -96,9 +92,7 @@ def convert(path: str | Path) -> Path:
     """The HF folder of a GGUF file: from the cache, or dequantized and written there now."""
     path = Path(path).expanduser()
     _check_gguf(path)
-    from interp.load_cache import file_sha256  # remembered by (path, size, mtime): no rehash per load
-
-    out = cache_dir() / "hf" / file_sha256(path)
+    out = cache_dir() / "hf" / file_sha256(path)  # remembered by (path, size, mtime): no rehash per load
     if (out / "interp-gguf.json").exists():  # written last: its presence means the folder is whole
         return out
     # a folder from an interrupted run never gets the marker file; when two processes convert the

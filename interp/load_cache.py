@@ -23,7 +23,6 @@ import hashlib
 import importlib.metadata
 import inspect
 import json
-import os
 import sys
 import threading
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ from typing import Any, Iterator
 
 import torch
 
-from interp.storage import write_tensors_atomic, write_text_atomic
+from interp.storage import cache_dir, file_sha256, write_tensors_atomic
 
 __all__ = ["CACHE_MIN_BYTES", "FAST_CLASSES", "fast_tokenizer", "file_sha256", "processed_path", "processed_weights_cache", "weights_bytes"]
 
@@ -41,37 +40,6 @@ __all__ = ["CACHE_MIN_BYTES", "FAST_CLASSES", "fast_tokenizer", "file_sha256", "
 CACHE_MIN_BYTES = 32 << 20
 _FORMAT = "interp-processed/1"
 _LOCK = threading.Lock()  # one patched ProcessWeights at a time
-
-
-def _cache_dir() -> Path:
-    from interp.gguf import cache_dir
-
-    return cache_dir()
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file, remembered in $INTERP_CACHE/hashes.json by (path, size, mtime), so a
-    reload does not read gigabytes to find a hash it already knows."""
-    path = Path(path).resolve()
-    stat = path.stat()
-    memo_path = _cache_dir() / "hashes.json"
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
-    entry = memo.get(str(path))
-    if isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
-        return str(entry["sha256"])
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    memo[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
-    try:  # a lost update (two writers at once) only costs a later rehash
-        write_text_atomic(memo_path, json.dumps(memo, indent=1))
-    except OSError:
-        pass
-    return digest.hexdigest()
 
 
 def _weights_hash(folder: Path) -> str:
@@ -87,7 +55,7 @@ def processed_path(folder: str | Path, dtype: torch.dtype | None, weights: str |
     """Where the processed weights of the model in `folder`, loaded in `dtype`, are cached."""
     label = str(dtype or "default").removeprefix("torch.")
     weights = weights or _weights_hash(Path(folder))
-    return _cache_dir() / "processed" / f"{weights[:40]}-{label}.safetensors"
+    return cache_dir() / "processed" / f"{weights[:40]}-{label}.safetensors"
 
 
 def _versions() -> dict[str, str]:

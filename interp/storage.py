@@ -7,12 +7,15 @@ results kept); `load(path)` gives the object back, its `__post_init__` checking 
 does not depend on the module the class lives in, so moving a class does not break saved files:
 `HOMES` says which module to import for a tag not yet registered (tests check it against the
 source), and files of the first format ("interp/1", keyed by module path) still load. Files and folders are written beside their final name and
-renamed into place, so a crash never leaves a half-written one under that name.
+renamed into place, so a crash never leaves a half-written one under that name. `cache_dir()` is
+where interp keeps what it can rebuild, and `file_sha256` hashes a file once per (path, size,
+mtime): the GGUF converter and the processed-weights cache both read them from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import json
 import math
@@ -29,7 +32,7 @@ from safetensors.torch import save_file
 
 from interp.errors import InterpError
 
-__all__ = ["FORMAT", "atomic_dir", "atomic_path", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
+__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "file_sha256", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
 FORMAT = "interp/2"
 _OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
@@ -251,3 +254,33 @@ def fill_between(path: str | Path, begin: str, end: str, body: str) -> Path:
     tail = rest.split(end, 1)[1]
     return write_text_atomic(path, f"{head}{begin}\n{body}\n{end}{tail}")
 
+
+def cache_dir() -> Path:
+    """Where interp keeps what it can rebuild (converted GGUFs, processed weights, the zoo's
+    checkpoints, study units): $INTERP_CACHE, default ~/.cache/interp."""
+    return Path(os.environ.get("INTERP_CACHE", Path.home() / ".cache" / "interp")).expanduser()
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of a file, remembered in $INTERP_CACHE/hashes.json by (path, size, mtime), so a
+    reload does not read gigabytes to find a hash it already knows."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    memo_path = cache_dir() / "hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    entry = memo.get(str(path))
+    if isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
+        return str(entry["sha256"])
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    memo[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+    try:  # a lost update (two writers at once) only costs a later rehash
+        write_text_atomic(memo_path, json.dumps(memo, indent=1))
+    except OSError:
+        pass
+    return digest.hexdigest()

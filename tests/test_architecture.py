@@ -34,9 +34,8 @@ ALLOWED = {
     ("interp.masking.mask", "imports interp.hooks.check_layer"),
     # probing (PROBE): weight-activation scores edit activations through raw hooks, not run
     ("interp.probing.scores", "imports interp.hooks.hooks"),
-    # cycles: sweep <-> sweep_ray (INFRA, reworking the sweep store), gguf <-> load_cache (PERF)
+    # cycles: sweep <-> sweep_ray (INFRA, reworking the sweep store)
     ("interp.sweep", "cycle interp.sweep, interp.sweep_ray"),
-    ("interp.gguf", "cycle interp.gguf, interp.load_cache"),
     # studies.steer_real imports studies.steering inside a function (STEER, appeared 05:18 today)
     ("interp.studies.steer_real", "cycle interp.studies.steer_real, interp.studies.steering"),
     # functions over 80 lines outside the studies (issue 29): cli, sweep (INFRA), masking (HCORE),
