@@ -255,6 +255,63 @@ def fill_between(path: str | Path, begin: str, end: str, body: str) -> Path:
     return write_text_atomic(path, f"{head}{begin}\n{body}\n{end}{tail}")
 
 
+_STATE_FORMAT = "interp-state/1"
+
+
+def _flatten(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        tensors[key] = value.detach().cpu().contiguous()
+        return {"$tensor": key}
+    if isinstance(value, (list, tuple)):
+        return [_flatten(v, f"{key}.{i}", tensors) for i, v in enumerate(value)]
+    if isinstance(value, dict):  # an optimizer's state_dict keys its parameters by int
+        items = [[k, _flatten(v, f"{key}.{k}", tensors)] for k, v in value.items()]
+        if any(not isinstance(k, (str, int)) or isinstance(k, bool) for k, _ in items):
+            raise InterpError(f"{key} has a key that is neither str nor int; a state file cannot hold it")
+        return {"$items": items}
+    if isinstance(value, float) and not math.isfinite(value):
+        return {"$float": repr(value)}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise InterpError(f"{key} holds a {type(value).__name__}, which a state file cannot save")
+
+
+def _unflatten(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_unflatten(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "$tensor" in value:
+        return tensors[value["$tensor"]]
+    if "$float" in value:
+        return float(value["$float"])
+    return {k: _unflatten(v, tensors) for k, v in value["$items"]}
+
+
+def save_state(state: dict[str, Any], path: str | Path) -> Path:
+    """Write a training checkpoint (nested dicts, lists and tuples of tensors and numbers; int keys
+    allowed, as in an optimizer's state_dict) as safetensors + a JSON header, atomically, so resuming
+    never unpickles anything. Tuples read back as lists. Not a result: `load_state` reads it."""
+    tensors: dict[str, torch.Tensor] = {}
+    header = _flatten(state, "state", tensors)
+    tensors.setdefault("state.$empty", torch.zeros(0))
+    write_tensors_atomic(path, tensors, {"format": _STATE_FORMAT, "state": json.dumps(header)})
+    return Path(path)
+
+
+def load_state(path: str | Path) -> dict[str, Any]:
+    """The checkpoint `save_state` wrote at `path`."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except Exception as err:
+        raise InterpError(f"cannot read {path} as an interp state file: {err}") from None
+    if meta.get("format") != _STATE_FORMAT:
+        raise InterpError(f"{path} is not an interp state file (format {meta.get('format')!r}, want {_STATE_FORMAT!r})")
+    return _unflatten(json.loads(meta["state"]), tensors)
+
+
 def cache_dir() -> Path:
     """Where interp keeps what it can rebuild (converted GGUFs, processed weights, the zoo's
     checkpoints, study units): $INTERP_CACHE, default ~/.cache/interp."""

@@ -13,6 +13,7 @@ from interp.masking import HeadMask
 from interp.masking import learn as learn_module
 from interp.masking.controls import distinct, matched_random
 from interp.studies import heuristic_core
+from interp.storage import load_state
 from interp.studies.units import comparable
 from test_masking import one_thread, random_task  # noqa: F401  (one_thread: a module-wide autouse fixture)
 
@@ -59,7 +60,7 @@ def test_batched_seeds_equal_each_seed_alone(gpt2, task):
 
 
 def test_a_killed_run_resumes_from_its_checkpoint(gpt2, task, tmp_path, monkeypatch):
-    ckpt = tmp_path / "group.pt"
+    ckpt = tmp_path / "group.safetensors"
     whole = masking.learn_masks(gpt2, task, sparsity=0.5, seeds=[0, 1], **FAST)
     calls = {"n": 0}
     real = learn_module.hard_concrete
@@ -74,7 +75,7 @@ def test_a_killed_run_resumes_from_its_checkpoint(gpt2, task, tmp_path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         masking.learn_masks(gpt2, task, sparsity=0.5, seeds=[0, 1], checkpoint=ckpt, checkpoint_every=5, **FAST)
     monkeypatch.setattr(learn_module, "hard_concrete", real)
-    assert ckpt.exists() and torch.load(ckpt, weights_only=True)["step"] == 15
+    assert ckpt.exists() and load_state(ckpt)["step"] == 15
     resumed = masking.learn_masks(gpt2, task, sparsity=0.5, seeds=[0, 1], checkpoint=ckpt, checkpoint_every=5, **FAST)
     for a, b in zip(whole, resumed):
         assert a.meta["log_alpha"] == b.meta["log_alpha"] and torch.equal(a.units(), b.units())

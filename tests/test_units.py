@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from interp.errors import InterpError
-from interp.storage import atomic_path
+from interp.storage import load_state, save_state
 from interp.studies import illusions
 from interp.studies.units import Units, budget, comparable, provenance
 from interp.sweep import Store
@@ -62,14 +62,13 @@ def test_default_root_follows_interp_cache(tmp_path, monkeypatch):
 def _long_unit(units: Units, config: dict, steps: int, die_at: int | None, log: list[int]) -> dict:
     """A unit that counts to `steps`, checkpointing every step (atomically); raises at `die_at`."""
     path = units.checkpoint_path(config)
-    state = torch.load(path) if path.exists() else {"step": 0, "total": 0}
+    state = load_state(path) if path.exists() else {"step": 0, "total": 0}
     for step in range(state["step"], steps):
         if step == die_at:
             raise KeyboardInterrupt("killed half-way")
         log.append(step)
         state = {"step": step + 1, "total": state["total"] + step}
-        with atomic_path(path) as tmp:
-            torch.save(state, tmp)
+        save_state(state, path)
     return {"total": state["total"]}
 
 

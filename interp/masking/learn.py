@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from pathlib import Path
@@ -16,7 +18,7 @@ from interp import run
 from interp.errors import InterpError
 from interp.hooks import check_head, check_layer, hooks
 from interp.interventions import Ablation
-from interp.storage import atomic_path
+from interp.storage import load_state, save_state
 from interp.masking.mask import HeadMask, MeanOver, check_task, default_reference, interventions, references, sites
 from interp.tasks.base import Task
 
@@ -213,8 +215,8 @@ def learn_masks(
                    "batch_size": batch_size, "weight_decay": weight_decay, "lr": lr, "reg_lr": reg_lr, "warmup": warmup}
     first, history, elapsed = 0, [], 0.0
     if checkpoint is not None and Path(checkpoint).exists():
-        state = torch.load(checkpoint, weights_only=True)  # tensors, numbers and lists only
-        if state.get("fingerprint") == fingerprint:  # another run's file is ignored, not misread
+        state = load_state(checkpoint)
+        if state.get("fingerprint") == json.loads(json.dumps(fingerprint)):  # another run's file is ignored, not misread
             with torch.no_grad():
                 log_alpha.copy_(state["log_alpha"])
                 lambda1.copy_(state["lambda1"])
@@ -242,8 +244,7 @@ def learn_masks(
                  "lambda1": lambda1.detach().clone(), "lambda2": lambda2.detach().clone(),
                  "opts": [o.state_dict() for o in opts], "schedules": [sch.state_dict() for sch in schedules],
                  "gens": [g.get_state() for g in gens], "history": history, "seconds": seconds}
-        with atomic_path(checkpoint) as tmp:
-            torch.save(state, tmp)
+        save_state(state, checkpoint)
 
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:

@@ -32,7 +32,8 @@ from typing import Any, Callable, Iterable
 from interp.errors import InterpError
 from interp.sweep import Store
 
-__all__ = ["RUN_FIELDS", "Units", "budget", "budget_record", "comparable", "provenance"]
+__all__ = ["CHECKPOINT_SUFFIX", "RUN_FIELDS", "Units", "budget", "budget_record", "comparable", "provenance"]
+CHECKPOINT_SUFFIX = ".safetensors"  # written with interp.storage.save_state: resuming unpickles nothing
 
 # provenance fields that differ between two runs of the same budget (timing, what this run computed)
 RUN_FIELDS = ("date", "wall_s", "units_run", "units_s", "step_profile")
@@ -73,7 +74,7 @@ class Units:
 
     def checkpoint_path(self, config: dict[str, Any]) -> Path:
         """A per-unit scratch file a long unit may write atomically and resume from; removed when the unit finishes."""
-        path = self.root / "checkpoints" / f"{self.key(config)}.pt"
+        path = self.root / "checkpoints" / f"{self.key(config)}{CHECKPOINT_SUFFIX}"
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
@@ -101,7 +102,7 @@ class Units:
         if not isinstance(result, dict):
             raise InterpError(f"a unit of {self.study!r} must return a dict, got {type(result).__name__} (config {config})")
         entry = self.store.put(key, config, result, study=self.study, seconds=round(time.time() - start, 2))
-        (self.root / "checkpoints" / f"{key}.pt").unlink(missing_ok=True)
+        (self.root / "checkpoints" / f"{key}{CHECKPOINT_SUFFIX}").unlink(missing_ok=True)
         self.ran += 1
         return entry["result"]
 
