@@ -331,7 +331,7 @@ def child(kind: str, batch: int) -> None:
             todo = [(l, p, h) for l in layers for p in range(P - 6, P) for h in range(H)]
             interp_restricted(model, task, "z", todo)
             out["cells"] = len(todo)
-            out["variants_per_forward"] = run._variants_per_forward(model, batch, P, None)
+            out["variants_per_forward"] = run.planner.variants_that_fit(model, batch, P, None)
         out["s"] = time.perf_counter() - t0
         out["rss_before_mib"] = base_rss / 1024
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,8 +1,8 @@
 """The Ray executor of `interp.sweep`: `interp sweep CONFIG --out DIR --executor ray [--address ADDR]`.
 
 One Ray actor per model loads that model once and runs its jobs in turn; each job's Grid comes
-back to the driver, which writes it through the sweep's public result sink (`sweep.Recorder`:
-Grid.save, the job's `sweep.Store` entry and results.json, all atomic), so the workers need no
+back to the driver, which writes it through the sweep's public result sink
+(`interp.sweep_store.Recorder`: Grid.save, the job's `Store` entry and results.json, all atomic), so the workers need no
 shared file system, only `interp` and the model specs (hub names, or directories present on every node).
 
 Cluster: no address starts a local cluster (this machine's CPUs, no dashboard) and stops it at
@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from interp.errors import InterpError
 
-if TYPE_CHECKING:  # the sink's type only: sweep imports this module lazily, so no import cycle at run time
-    from interp.sweep import Recorder
+if TYPE_CHECKING:
+    from interp.sweep_store import Recorder
 
 __all__ = ["connect", "execute"]
 
@@ -79,7 +79,7 @@ class SweepWorker:
 
     def run(self, job: dict[str, Any]):
         from interp.model import load
-        from interp.sweep import run_job
+        from interp.sweep_jobs import run_job
 
         start = time.time()
         if self.model is None:

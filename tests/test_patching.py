@@ -57,7 +57,7 @@ def test_equals_transformer_lens(family, site, by_pos, tl_fn, tiny_models):
 @pytest.mark.parametrize("site,by_pos,tl_fn", TL_SITES, ids=[f"{s}-{'pos' if b else 'all'}" for s, b, _ in TL_SITES])
 def test_fine_grained_forwards_equal_transformer_lens(family, site, by_pos, tl_fn, tiny_models, monkeypatch):
     """With no fixed cost per forward, the plan gives nearly every (layer, position) its own forward."""
-    monkeypatch.setattr(run, "FORWARD_COST", 0)
+    monkeypatch.setattr(run.planner, "FORWARD_COST", 0)  # forward_cost reads it there
     model = tiny_models[family]
     clean, corrupt = _pair(3)
     cells = patching.cells(model, site, by_pos, clean.shape[1])[0]

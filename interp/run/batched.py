@@ -1,0 +1,174 @@
+"""`evaluate`: the metric of one input under many variants, side by side in batched forwards that
+begin where the variants first differ from the base run (see `interp.run`'s docstring).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp.errors import InterpError
+from interp.hooks import hooks
+from interp.interventions import Intervention
+from interp.metrics import Metric
+from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
+from interp.run.planner import forward_cost, plan_forwards, start_of, variants_that_fit
+from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, split_items, spread
+
+__all__ = ["evaluate", "scalar"]
+
+
+def scalar(metric: Metric, logits: Tensor, what: str) -> float:
+    """`metric(logits)` as a float; InterpError if it is not a scalar or is NaN."""
+    value = metric(logits)
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise InterpError(f"the metric must return a scalar tensor, got {shape} on the {what} run; reduce with .mean()")
+    value = float(value)
+    if value != value:
+        raise InterpError(f"the metric returned NaN on the {what} run (with `answer_pos`, logits exist only "
+                          "at those positions: does the metric read another one?)")
+    return value
+
+
+def _measure(metric: Callable, logits: Tensor, what: str) -> Tensor:
+    """`metric(logits)` as a 0-d tensor, or a [m] tensor when it returns m named scalars (a dict)."""
+    value = metric(logits)
+    if isinstance(value, dict):
+        return torch.tensor([scalar(lambda _: v, logits, f"{what} ({name})") for name, v in value.items()])
+    return torch.tensor(scalar(lambda _: value, logits, what))
+
+
+@dataclass(frozen=True)
+class _BaseRun:
+    """What every resumed forward shares with the unintervened base run, recorded once."""
+
+    logits: Tensor  # [batch, pos, d_vocab]
+    resid: list[Tensor]  # per layer: hook_resid_pre [batch, pos, d_model]
+    keys_values: list[tuple[Tensor, Tensor]]  # per layer: [batch, kv_head, pos, d_head]
+
+
+def _base_run(model, tokens: Tensor) -> _BaseRun:
+    names = [f"blocks.{l}.hook_resid_pre" for l in range(model.cfg.n_layers)]
+    kv = new_kv_cache(model)
+    found: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> None:
+            found[name] = act.detach().clone()
+
+        return hook_fn
+
+    with torch.no_grad(), hooks(model, [(n, keep(n)) for n in names]):
+        out = model(tokens, **kv_cache_kwargs(model, kv))
+    return _BaseRun(out, [found[n] for n in names], cached_keys_values(kv))
+
+
+def _batched_hooks(members: list[list[Intervention]], batch: int, start: int) -> list[tuple[str, Callable]]:
+    by_site: dict[str, list[tuple[int, Intervention]]] = {}
+    for j, ivs in enumerate(members):
+        for iv in ivs:
+            for site in iv.sites:
+                by_site.setdefault(site, []).append((j, iv))
+    n = len(members)
+
+    def at(site: str, touched: list[tuple[int, Intervention]]) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> Tensor:
+            view = act.unflatten(0, (n, batch))  # [variant, batch, ...]
+            out = view.clone()
+            for j, iv in touched:
+                out[j] = iv(out[j], site=site, start=start)
+            return out.flatten(0, 1)
+
+        return hook_fn
+
+    return [(site, at(site, touched)) for site, touched in by_site.items()]
+
+
+def _check_sources(members: Sequence[Intervention], batch: int) -> None:
+    for iv in members:
+        source = getattr(iv, "source", None)
+        if isinstance(source, Tensor) and source.shape[0] != batch:
+            raise InterpError(f"{type(iv).__name__} at {iv.sites} has a source of {source.shape[0]} rows "
+                              f"but the input has {batch}; sources must come from inputs of the same shape")
+
+
+def evaluate(
+    model,
+    tokens: Tensor,
+    variants: Sequence[Variant],
+    metric: Metric,
+    *,
+    variants_per_forward: int | None = None,
+    answer_pos: Tensor | None = None,
+    progress: bool = True,
+    desc: str = "variants",
+) -> Tensor:
+    """The metric of `tokens` [batch, pos] run under each variant (a list of interventions).
+
+    Returns [variants] for a metric that returns a scalar tensor, or [variants, m] for one that
+    returns a dict of m named scalars ({"logit_diff": ..., "accuracy": ...}, in that order), so
+    one pass gives all of them.
+    `answer_pos` [batch]: the one position per row the metric reads (a task's answer positions).
+    Then the unembedding runs only there, and the metric's logits hold NaN elsewhere; on a large
+    vocabulary that is a large part of every forward's work.
+    An empty variant is the base run. See the module docstring for how forwards are shared.
+    """
+    if tokens.ndim != 2:
+        raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+    tokens = tokens.to(model.cfg.device)
+    batch, n_pos = tokens.shape
+    answer_pos = checked_answer_pos(tokens, answer_pos)
+    split = [split_items(v) for v in variants]
+    found: dict[int, Tensor] = {}
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (_, edits) in enumerate(split):
+        groups.setdefault(tuple(id(e) for e in edits), []).append(i)
+    size = variants_that_fit(model, batch, n_pos, variants_per_forward)
+    resumable = can_resume(model)
+    for indices in groups.values():
+        edits = split[indices[0]][1]
+        acts = [split[i][0] for i in indices]
+        for ivs in acts:
+            _check_sources(ivs, batch)
+        starts = [start_of(model, ivs, n_pos) for ivs in acts]
+        with torch.no_grad(), edited(model, edits):
+            base = _base_run(model, tokens) if resumable else None
+            base_logits = base.logits if base is not None else model(tokens)
+            plain = [k for k, s in enumerate(starts) if s[0] >= model.cfg.n_layers]
+            for k in plain:
+                found[indices[k]] = _measure(metric, base_logits, "base")
+            rest = [k for k in range(len(acts)) if k not in set(plain)]
+            plans = plan_forwards([starts[k] for k in rest], batch, n_pos, model.cfg.n_layers, size, resumable,
+                                  forward_cost(model))
+            for layer0, start, members in tqdm(plans, desc=desc, disable=not progress or len(plans) < 2):
+                chosen = [rest[m] for m in members]
+                n = len(chosen)
+                fwd = _batched_hooks([acts[k] for k in chosen], batch, start)
+                if answer_pos is not None:
+                    fwd.append(("unembed.hook_in", gather_hook(answer_pos.repeat(n) - start)))
+                with hooks(model, fwd):
+                    if base is None or (layer0 == 0 and start == 0):
+                        result = model(tokens.repeat(n, 1))
+                    else:
+                        tail = resume(
+                            model, tokens.repeat(n, 1), layer=layer0, start=start,
+                            residual=base.resid[layer0][:, start:].repeat(n, 1, 1),
+                            keys_values=[(k[:, :, :start].repeat(n, 1, 1, 1), v[:, :, :start].repeat(n, 1, 1, 1))
+                                         for k, v in base.keys_values],
+                        )
+                        # positions before `start` are the base run's; the metric sees whole logits
+                        result = tail if answer_pos is not None else torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
+                for j, k in enumerate(chosen):
+                    rows = result[j * batch : (j + 1) * batch]
+                    if answer_pos is not None:
+                        rows = spread(rows[:, 0], answer_pos, n_pos, start, base_logits)
+                    found[indices[k]] = _measure(metric, rows, "intervened")
+    shapes = {tuple(v.shape) for v in found.values()}
+    if len(shapes) > 1:
+        raise InterpError(f"the metric returned values of different shapes {sorted(shapes)} for different variants")
+    return torch.stack([found[i] for i in range(len(variants))]) if variants else torch.empty(0)

@@ -1,0 +1,91 @@
+"""The runner's native path: the same interventions at the same hook names, as plain PyTorch hooks
+on the bridge's Hugging Face model (`interp.native.unwrapped(model)`), with no bridge in the
+forward. Generation uses it where it can (`natively_possible`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from interp.errors import InterpError
+from interp.interventions import Intervention
+from interp.model import can_resume
+from interp.run.runner import split_items
+
+__all__ = ["natively", "natively_possible"]
+
+
+def natively_possible(model, names: Sequence[str]) -> bool:
+    """Whether `natively` can run `names` on this model: a causal decoder on one device, every name
+    with an exact place in the HF module tree, and no hook of the caller's on the bridge (the
+    native run would not fire it)."""
+    from interp.native import native_site
+
+    if not can_resume(model) or getattr(model.original_model, "hf_device_map", None):
+        return False
+    if not all(native_site(n) for n in names):
+        return False
+    return not any(hp.has_hooks() for hp in model.hook_dict.values())
+
+
+@contextmanager
+def natively(model, hf: torch.nn.Module, interventions: Sequence[Intervention] = (), *, start: int = 0,
+             record: Sequence[str] = ()) -> Iterator[dict[str, Tensor]]:
+    """The body runs `hf` (`interp.native.unwrapped(model)`) with `interventions` applied as plain
+    PyTorch hooks at their sites, each a bridge hook name with a native place (`natively_possible`).
+    Yields {name: activation} for the `record` names, kept as they arrive, before any intervention
+    there. Hooks are removed on exit, even on error. `start` as in `intervened`."""
+    from interp.native import block_list, native_site
+
+    acts, edits = split_items(interventions)
+    if edits:
+        raise InterpError("weight edits do not run natively; use interp.run.intervened")
+    blocks = block_list(hf, model.cfg.n_layers)
+    by_site: dict[str, list[Intervention]] = {}
+    for iv in acts:
+        for site in iv.sites:
+            by_site.setdefault(site, []).append(iv)
+    names = list(dict.fromkeys([*record, *by_site]))
+    bad = [n for n in names if native_site(n) is None]
+    if bad or blocks is None:
+        raise InterpError(f"{bad or names} have no native place; use interp.run.intervened")
+    found: dict[str, Tensor] = {}
+
+    def apply(name: str, act: Tensor) -> Tensor:
+        if name in record:
+            found[name] = act.detach()
+        for iv in by_site.get(name, ()):
+            act = iv(act, site=name, start=start)
+        return act
+
+    def pre(name: str) -> Callable:
+        def hook_fn(module, args, kwargs):
+            if args:
+                return (apply(name, args[0]), *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": apply(name, kwargs["hidden_states"])}
+
+        return hook_fn
+
+    def post(name: str) -> Callable:
+        def hook_fn(module, args, out):
+            if isinstance(out, Tensor):
+                return apply(name, out)
+            return (apply(name, out[0]), *out[1:])
+
+        return hook_fn
+
+    handles = []
+    try:
+        for name in names:
+            layer, where = native_site(name)
+            block = blocks[layer]
+            handles.append(block.register_forward_pre_hook(pre(name), with_kwargs=True) if where == "input"
+                           else block.register_forward_hook(post(name)))
+        yield found
+    finally:
+        for handle in handles:
+            handle.remove()
