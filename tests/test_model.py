@@ -97,7 +97,7 @@ def test_hub_name_offline_fails_at_once(monkeypatch):
 
     # offline mode as huggingface_hub reads it (HF_HUB_OFFLINE=1/true/yes/on, TRANSFORMERS_OFFLINE)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(interp.model, "_hub_reachable", lambda timeout=2.0: pytest.fail("network checked while offline"))
+    monkeypatch.setattr(interp.model.loading, "_hub_reachable", lambda timeout=2.0: pytest.fail("network checked while offline"))
     with pytest.raises(ModelNotFoundError, match="local HF-format directory"):
         interp.load("some-org/some-model-that-is-not-cached")
 
@@ -106,7 +106,7 @@ def test_hub_name_without_network_fails_cleanly(monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(interp.model, "_hub_reachable", lambda timeout=2.0: False)
+    monkeypatch.setattr(interp.model.loading, "_hub_reachable", lambda timeout=2.0: False)
     with pytest.raises(ModelNotFoundError, match="cannot be reached"):
         interp.load("gpt2-not-cached-anywhere")
 

@@ -15,7 +15,7 @@ from interp.errors import InterpError
 from interp.hooks import hooks
 from interp.interventions import Intervention
 from interp.metrics import Metric
-from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
+from interp.model.resuming import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
 from interp.run.planner import forward_cost, plan_forwards, start_of, variants_that_fit
 from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, split_items, spread
 

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from interp.errors import InterpError
 from interp.interventions import Intervention
-from interp.model import can_resume
+from interp.model.resuming import can_resume
 from interp.run.runner import split_items
 
 __all__ = ["natively", "natively_possible"]

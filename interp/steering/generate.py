@@ -20,7 +20,7 @@ from torch import Tensor
 from interp import run
 from interp.errors import InterpError
 from interp.metrics import logit_diff
-from interp.model import kv_cache_kwargs, new_kv_cache
+from interp.model.resuming import kv_cache_kwargs, new_kv_cache
 from interp.native import unwrapped
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name, kind_of

@@ -1,11 +1,5 @@
-"""Loading models as TransformerLens 4.x bridges; the one place that knows TL boot details.
-
-`load(spec)` accepts a Hugging Face hub name, a local HF-format directory, or `zoo:NAME` (a model
-shipped in interp/data/zoo, or trained into the user zoo, `user_zoo_dir()`). It returns a `TransformerBridge` in eval mode with
-`enable_compatibility_mode()` applied, so HookedTransformer hook names and numerics hold.
-
-`build_tiny(family, directory)` writes a small random-weight model of one of the five supported
-families (with a local word-level tokenizer) for quick experiments and tests.
+"""Loading a model spec as a TransformerLens bridge: resolving the spec (hub name, local folder,
+zoo:NAME, GGUF file, real model name) and booting it in eval and compatibility mode.
 """
 
 from __future__ import annotations
@@ -24,153 +18,20 @@ import torch
 
 from interp import load_cache
 from interp.errors import InterpError
-from interp.results import atomic_dir
-from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
+from interp.model.building import family_of
+from interp.storage import cache_dir
 
-__all__ = ["FAMILIES", "DECODER_FAMILIES", "RESUMABLE_FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "can_resume", "cached_keys_values", "describe", "family_of", "hf_config", "hf_model_class", "kv_cache_kwargs", "load", "new_kv_cache", "prefilled_kv_cache", "quiet_loading", "resolve", "resume", "save_model_dir", "skipped_blocks", "user_zoo_dir", "zoo_dirs", "zoo_path"]
+__all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "load", "placement", "quiet_loading", "resolve", "user_zoo_dir",
+           "zoo_dirs", "zoo_path"]
 
-FAMILIES = ("gpt2", "llama", "gemma2", "qwen2", "bert")
-DECODER_FAMILIES = FAMILIES[:4]
-# causal decoders a forward may resume in: the zoo's, and those the real models add (loaded, not
-# built by build_tiny or trained in the zoo)
-RESUMABLE_FAMILIES = (*DECODER_FAMILIES, "gemma3", "gemma3_text")
+
 # The shipped zoo: package data, so a wheel carries it. Nothing writes here at run time; models
 # trained with `interp zoo train` go to user_zoo_dir(), which `zoo:NAME` searches first.
-ZOO_DIR = Path(__file__).resolve().parent / "data" / "zoo"
-_ARCHITECTURES = {
-    "GPT2LMHeadModel": "gpt2",
-    "LlamaForCausalLM": "llama",
-    "Gemma2ForCausalLM": "gemma2",
-    "Qwen2ForCausalLM": "qwen2",
-    "BertForMaskedLM": "bert",
-    "BertModel": "bert",
-    "Gemma3ForCausalLM": "gemma3",
-}
+ZOO_DIR = Path(__file__).resolve().parents[1] / "data" / "zoo"
+
 # Tokenizer classes that mean "use tokenizer.json as it is"; transformers 5 otherwise picks a
 # class from the model type (Qwen2Tokenizer for qwen2), which mangles a word-level vocabulary.
 _PLAIN_TOKENIZERS = {"PreTrainedTokenizerFast", "TokenizersBackend"}
-
-
-def family_of(config: dict[str, Any]) -> str:
-    """The interp family name ('gpt2', 'llama', ...) of an HF config dict."""
-    for arch in config.get("architectures") or []:
-        if arch in _ARCHITECTURES:
-            return _ARCHITECTURES[arch]
-    model_type = config.get("model_type", "")
-    return model_type if model_type in FAMILIES else model_type or "unknown"
-
-
-def hf_config(
-    family: str,
-    *,
-    vocab_size: int,
-    d_model: int = 32,
-    n_layers: int = 2,
-    n_heads: int = 4,
-    n_kv_heads: int | None = None,
-    d_mlp: int | None = None,
-    n_ctx: int = 64,
-    tie: int = 1,
-):
-    """An HF config for one of FAMILIES with interp's sizes; n_kv_heads < n_heads gives GQA.
-
-    `tie` (1 or 0) ties the unembedding to the embedding (decoders only).
-    """
-    import transformers as hf
-
-    if family not in FAMILIES:
-        raise InterpError(f"family {family!r} is not one of {FAMILIES}")
-    if d_model % n_heads:
-        raise InterpError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
-    n_kv = n_heads if n_kv_heads is None else n_kv_heads
-    if n_heads % n_kv:
-        raise InterpError(f"n_heads={n_heads} is not a multiple of n_kv_heads={n_kv}")
-    if family in ("gpt2", "bert") and n_kv != n_heads:
-        raise InterpError(f"{family} has no grouped-query attention: n_kv_heads must equal n_heads")
-    d_mlp = 4 * d_model if d_mlp is None else d_mlp
-    ids = dict(bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID)
-    if family == "gpt2":
-        return hf.GPT2Config(
-            vocab_size=vocab_size, n_positions=n_ctx, n_embd=d_model, n_layer=n_layers,
-            n_head=n_heads, n_inner=d_mlp, tie_word_embeddings=bool(tie), **ids,
-        )
-    if family == "bert":
-        return hf.BertConfig(
-            vocab_size=vocab_size, hidden_size=d_model, num_hidden_layers=n_layers,
-            num_attention_heads=n_heads, intermediate_size=d_mlp, max_position_embeddings=n_ctx,
-            pad_token_id=PAD_ID,
-        )
-    # Embeddings are tied, as in GPT-2 and the small Gemma/Qwen/LLaMA releases: a copying circuit
-    # (IOI's name movers) then generalises to names it never copied in training.
-    common = dict(
-        vocab_size=vocab_size, hidden_size=d_model, intermediate_size=d_mlp,
-        num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv,
-        max_position_embeddings=n_ctx, tie_word_embeddings=bool(tie), **ids,
-    )
-    if family == "llama":
-        return hf.LlamaConfig(**common)
-    if family == "qwen2":
-        return hf.Qwen2Config(**common)
-    return hf.Gemma2Config(
-        **common, head_dim=d_model // n_heads, sliding_window=n_ctx, query_pre_attn_scalar=d_model // n_heads
-    )
-
-
-def hf_model_class(family: str):
-    import transformers as hf
-
-    classes = {
-        "gpt2": hf.GPT2LMHeadModel,
-        "llama": hf.LlamaForCausalLM,
-        "gemma2": hf.Gemma2ForCausalLM,
-        "qwen2": hf.Qwen2ForCausalLM,
-        "bert": hf.BertForMaskedLM,
-    }
-    return classes[family]
-
-
-DEFAULT_WORDS = tuple(
-    "the a cat cats dog dogs key keys cabinet cabinets is are runs run sees see to of that "
-    "mary john anna tom went store gave drink , .".split()
-)
-
-
-def save_model_dir(model, tokenizer, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
-    """Write an HF model + tokenizer as safetensors atomically: a temp dir renamed into place."""
-    directory = Path(directory)
-    with atomic_dir(directory) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        cfg_path = tmp / "tokenizer_config.json"
-        tok_cfg = json.loads(cfg_path.read_text())
-        tok_cfg["tokenizer_class"] = "PreTrainedTokenizerFast"
-        cfg_path.write_text(json.dumps(tok_cfg, indent=2))
-        for name, text in (extra_files or {}).items():
-            (tmp / name).write_text(text)
-    return directory
-
-
-def build_tiny(
-    family: str,
-    directory: str | Path,
-    *,
-    words: tuple[str, ...] = DEFAULT_WORDS,
-    seed: int = 0,
-    **sizes: Any,
-) -> Path:
-    """Write a random-weight model of `family` with a word-level tokenizer into `directory`.
-
-    `sizes` are hf_config's keywords (d_model, n_layers, n_heads, n_kv_heads, d_mlp, n_ctx).
-    LLaMA and Qwen2 default to grouped-query attention (2 KV heads for 4 query heads).
-    """
-    tokenizer = word_tokenizer(words)
-    if family in ("llama", "qwen2", "gemma2"):
-        sizes.setdefault("n_kv_heads", max(1, sizes.get("n_heads", 4) // 2))
-    config = hf_config(family, vocab_size=len(tokenizer), **sizes)
-    with torch.random.fork_rng(devices=[]):  # the caller's global RNG state is left as it was
-        torch.manual_seed(seed)
-        model = hf_model_class(family)(config)
-    return save_model_dir(model, tokenizer, directory)
 
 
 class ModelNotFoundError(InterpError, FileNotFoundError):
@@ -180,8 +41,6 @@ class ModelNotFoundError(InterpError, FileNotFoundError):
 
 def user_zoo_dir() -> Path:
     """Where `interp zoo train` writes by default: $INTERP_CACHE/zoo (default ~/.cache/interp/zoo)."""
-    from interp.gguf import cache_dir
-
     return cache_dir() / "zoo"
 
 
@@ -485,120 +344,3 @@ def placement(model) -> dict[str, Any]:
     if hf_map:
         out["device_map"] = "accelerate"
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# resuming a forward pass: a KV cache of earlier positions, and blocks that need not run
-
-
-def new_kv_cache(model):
-    """An empty Hugging Face KV cache for `model`."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.original_model.config)
-    except TypeError:  # transformers < 4.56
-        return DynamicCache()
-
-
-def kv_cache_kwargs(model, cache) -> dict[str, Any]:
-    """Forward kwargs that hand `cache` to the bridge: under the HF model's own name and as
-    `layer_past`, where TL 4.3's attention looks (transformers 5 passes it on as `cache`)."""
-    import inspect
-
-    params = inspect.signature(model.original_model.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache, "layer_past": cache, "use_cache": True}
-
-
-def cached_keys_values(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer (keys, values) [batch, kv_head, pos, d_head] held by a filled HF cache."""
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache))
-
-
-def prefilled_kv_cache(model, keys_values: list[tuple[torch.Tensor, torch.Tensor]]):
-    """A cache that already holds `keys_values` (one pair per layer), as if those positions ran."""
-    cache = new_kv_cache(model)
-    for layer, (keys, values) in enumerate(keys_values):
-        cache.update(keys, values, layer)
-    return cache
-
-
-def can_resume(model) -> bool:
-    """Whether `resume` may skip work on this model: a causal decoder of a supported family
-    (BERT attends both ways, so a later position can change an earlier one)."""
-    hf_cfg = getattr(model.original_model, "config", None)
-    return hf_cfg is not None and family_of(hf_cfg.to_dict()) in RESUMABLE_FAMILIES and _hf_block_list(model) is not None
-
-
-class _SkippedBlock(torch.nn.Module):
-    """Stands in for a block whose output is discarded: hands its input on, computes nothing."""
-
-    def forward(self, hidden_states, *args, **kwargs):
-        return hidden_states
-
-
-def _hf_block_list(model) -> torch.nn.ModuleList | None:
-    """The HF ModuleList that holds the bridge's blocks (transformer.h, model.layers, ...)."""
-    first = model.blocks[0]
-    for module in model.original_model.modules():
-        if isinstance(module, torch.nn.ModuleList) and len(module) == len(model.blocks) and module[0] is first:
-            return module
-    return None
-
-
-@contextmanager
-def skipped_blocks(model, n: int) -> Iterator[None]:
-    """Blocks 0..n-1 do nothing inside the context (restored on exit, even on error).
-
-    Only for a forward that starts at block n (`start_at_layer=n`), which discards their output
-    anyway: TL 4.3's bridge still runs them, and this is what it would cost."""
-    if n == 0:
-        yield
-        return
-    blocks = _hf_block_list(model)
-    if blocks is None:
-        raise RuntimeError("cannot find the Hugging Face module list that holds the model's blocks")
-    originals = [blocks[i] for i in range(n)]
-    try:
-        for i in range(n):
-            blocks[i] = _SkippedBlock()
-        yield
-    finally:
-        for i, block in enumerate(originals):
-            blocks[i] = block
-
-
-def resume(
-    model,
-    tokens: torch.Tensor,
-    *,
-    layer: int = 0,
-    start: int = 0,
-    residual: torch.Tensor | None = None,
-    keys_values: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-) -> torch.Tensor:
-    """Logits [batch, pos - start, d_vocab] of a forward that begins at block `layer` and position
-    `start` of `tokens` [batch, pos], on a causal decoder (`can_resume`).
-
-    What is skipped must be supplied, as a run that did compute it recorded it: `residual`, the
-    input of block `layer` (its hook_resid_pre) at positions start.., when layer > 0; and
-    `keys_values`, every layer's keys and values at positions < start, when start > 0. Hooks
-    fire only where work is done, on activations that span positions start.. only.
-    """
-    n_pos = tokens.shape[1]
-    if not 0 <= start < n_pos:
-        raise InterpError(f"start={start} must lie in [0, {n_pos}) for {n_pos} positions")
-    if layer and residual is None:
-        raise InterpError(f"layer={layer} needs the residual entering that block")
-    if start and keys_values is None:
-        raise InterpError(f"start={start} needs the keys and values of positions 0..{start - 1}")
-    kwargs: dict[str, Any] = {}
-    if start:
-        kwargs = kv_cache_kwargs(model, prefilled_kv_cache(model, keys_values))
-        kwargs["position_ids"] = torch.arange(start, n_pos, device=tokens.device).expand(tokens.shape[0], -1)
-    with skipped_blocks(model, layer):
-        if layer:
-            return model(residual, start_at_layer=layer, **kwargs)
-        return model(tokens[:, start:], **kwargs)
