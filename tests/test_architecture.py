@@ -7,7 +7,9 @@
   `importlib.import_module("interp.x")` calls and the package `__init__` an import runs all count),
   nor between its parts (a subpackage with all its modules, or a top-level module);
 - no module uses another module's private (`_name`) names;
-- no function over 80 lines outside the studies (`interp.studies`, one file per paper).
+- no function over 80 lines outside the studies (`interp.studies`, one file per paper);
+- no capability (a subpackage, or a task family in `interp.tasks`) exports more than 15 names in
+  `__all__`; rarely used names stay importable from their modules.
 
 Each rule is proven on a planted violation (a small package written to tmp_path). What still
 breaks a rule today sits in ONE allowlist below, each entry naming the file's owner and why;
@@ -251,6 +253,30 @@ def long_functions(root: Path, limit: int = 80) -> list[tuple[str, str]]:
     return sorted(set(found))
 
 
+def capabilities(root: Path) -> list[str]:
+    """The package's capabilities: each subpackage (but the studies, which sit at the edge) and each
+    task family module in `tasks` (its shared `base` aside)."""
+    mods = modules(root)
+    pkg = root.name
+    return sorted(m for m, path in mods.items() if
+                  (m.count(".") == 1 and _is_package(path) and m != f"{pkg}.studies")
+                  or (m.startswith(f"{pkg}.tasks.") and m.count(".") == 2 and m != f"{pkg}.tasks.base"))
+
+
+def surfaces(root: Path, limit: int = 15) -> list[tuple[str, str]]:
+    """(capability, "exports N names (over 15)") for each capability whose `__all__` is longer than
+    `limit`: what a newcomer sees in `from interp.X import *` and the docs. Rarely used names stay
+    importable from their module."""
+    found = []
+    mods = modules(root)
+    for name in capabilities(root):
+        for node in ast.parse(mods[name].read_text(encoding="utf-8")).body:
+            if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+                    and isinstance(node.value, (ast.List, ast.Tuple)) and len(node.value.elts) > limit):
+                found.append((name, f"exports {len(node.value.elts)} names (over {limit})"))
+    return found
+
+
 def violations(root: Path) -> set[tuple[str, str]]:
     """Every rule broken in the package at `root`, as (module, what)."""
     pkg = root.name
@@ -260,6 +286,7 @@ def violations(root: Path) -> set[tuple[str, str]]:
     found |= {(c[0], "package cycle " + ", ".join(c)) for c in package_cycles(root)}
     found |= {(m, f"private {what}") for m, what in private_uses(root)}
     found |= set(long_functions(root))
+    found |= set(surfaces(root))
     # the package re-exports interp.hooks for notebooks (`interp.hooks`, `interp.hooked`)
     return {(m, w) for m, w in found if not (m == pkg and w.startswith(f"imports {pkg}.hooks"))}
 
@@ -368,3 +395,16 @@ def test_a_planted_long_function_fails_outside_the_studies(tmp_path):
     assert violations(_plant(tmp_path, {**CLEAN, "cap/b.py": long})) == {("pkg.cap.b", "function f over 80 lines")}
     assert violations(_plant(tmp_path / "s", {**CLEAN, "studies/__init__.py": "", "studies/paper.py": long})) == set()
     assert violations(_plant(tmp_path / "ok", {**CLEAN, "cap/b.py": "def f():\n" + "    x = 1\n" * 79})) == set()
+
+
+def test_a_planted_capability_with_over_15_names_fails(tmp_path):
+    def names(n):
+        return "__all__ = [" + ", ".join(f"'f{i}'" for i in range(n)) + "]\n"
+
+    files = {**CLEAN, "cap/__init__.py": names(16), "tasks/__init__.py": names(20), "tasks/base.py": names(20),
+             "tasks/family.py": names(16), "cap/inner.py": names(30), "studies/__init__.py": names(30)}
+    assert violations(_plant(tmp_path, files)) == {("pkg.cap", "exports 16 names (over 15)"),
+                                                   ("pkg.tasks", "exports 20 names (over 15)"),
+                                                   ("pkg.tasks.family", "exports 16 names (over 15)")}
+    files = {**CLEAN, "cap/__init__.py": names(15), "tasks/__init__.py": names(3), "tasks/family.py": names(15)}
+    assert violations(_plant(tmp_path / "ok", files)) == set()

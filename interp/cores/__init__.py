@@ -36,8 +36,9 @@ from interp.cores.analysis import (
 )
 from interp.cores.results import Alignment, Core, Operator, ValidationBars
 
+# The surface (`from interp.cores import *`, the docs): at most 15 names. Every other name imported
+# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "INTERVENTIONS", "Alignment", "Core", "Operator", "ValidationBars", "activations", "align", "align_coordinates",
-    "extract", "fit_operator", "fourier_power", "gradients", "linalg", "matched_activations", "operator_from",
-    "score_operator", "sequence_coordinates", "transfer", "validate",
+    "INTERVENTIONS", "Alignment", "Core", "Operator", "ValidationBars", "activations", "align", "extract",
+    "fit_operator", "gradients", "linalg", "score_operator", "transfer", "validate"
 ]

@@ -42,34 +42,9 @@ from interp.grafting.scores import (
     per_component_backward,
 )
 
+# The surface (`from interp.grafting import *`, the docs): at most 15 names. Every other name imported
+# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "COMPONENTS",
-    "ORDERS",
-    "RELATIONS",
-    "Delta",
-    "ExtractiveScores",
-    "Facts",
-    "assignments",
-    "check_unknown",
-    "component_of",
-    "data_ordering",
-    "early_late",
-    "encode",
-    "extractive_scores",
-    "finetune",
-    "first_hop",
-    "graft",
-    "hop",
-    "informative_by_component",
-    "layer_of",
-    "layer_restriction",
-    "layer_split",
-    "mean_rank",
-    "option_ids",
-    "parameters",
-    "per_component_backward",
-    "ranks_under",
-    "second_hop",
-    "vocabulary",
-    "world",
+    "Delta", "ExtractiveScores", "Facts", "data_ordering", "encode", "extractive_scores", "finetune", "first_hop",
+    "graft", "informative_by_component", "mean_rank", "parameters", "per_component_backward", "second_hop"
 ]

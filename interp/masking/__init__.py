@@ -39,8 +39,9 @@ from interp.masking.subnets import (
     EffectiveSize, Study, core_baseline, effective_size, evaluate, heuristic_core, overlap, random_like, smallest_within, study,
 )
 
+# The surface (`from interp.masking import *`, the docs): at most 15 names. Every other name imported
+# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
     "EffectiveSize", "HeadMask", "Study", "ablation_scan", "apply", "core_baseline", "effective_size", "evaluate",
-    "heuristic_core", "interventions", "learn_mask", "learn_masks", "overlap", "random_like", "references", "sites",
-    "smallest_within", "study", "subnetworks",
+    "heuristic_core", "learn_mask", "learn_masks", "random_like", "study", "subnetworks"
 ]

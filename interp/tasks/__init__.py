@@ -89,7 +89,6 @@ __all__ = [
     "EOS_ID",
     "MASK_ID",
     "PAD_ID",
-    "UNK_ID",
     "SPLITS",
     "Task",
     "bpe",

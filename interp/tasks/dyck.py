@@ -53,7 +53,12 @@ from interp.errors import InterpError
 
 from .base import BOS_ID, EOS_ID, Task, pad_rows, word_tokenizer
 
-__all__ = ["FIRST_ID", "IGNORE", "SPLITS", "close_id", "closing_targets", "dyck", "family", "held_out_family", "is_close", "is_open", "max_depth", "open_id", "pool", "sequences", "skeleton", "tokenizer", "words"]
+# The surface (`from interp.tasks.dyck import *`, the docs): at most 15 names; the word lists and helpers
+# below it stay importable by name.
+__all__ = [
+    "IGNORE", "SPLITS", "closing_targets", "dyck", "family", "held_out_family", "max_depth", "pool", "sequences",
+    "skeleton", "tokenizer", "words"
+]
 
 SPLITS = ("train", "seen_struct", "unseen_struct", "unseen_depth")
 FIRST_ID = 5  # first non-special id
