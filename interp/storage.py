@@ -54,6 +54,7 @@ HOMES = {
     "Core": "interp.cores.results", "Operator": "interp.cores.results", "Alignment": "interp.cores.results",
     "ValidationBars": "interp.cores.results",
     "Dictionary": "interp.features.dictionary",
+    "AttributionGraph": "interp.features.graph",
 }
 T = TypeVar("T")
 

@@ -1,0 +1,381 @@
+"""Attribution graphs of one prompt through per-layer transcoders (circuit-tracer's method), and
+the replacement model they describe, all run through `interp.run`.
+
+    attribute(model, prompt, transcoders)        -> AttributionGraph (interp.features.graph)
+    frozen(model, tokens)                        -> [Hold]: the prompt's attention patterns and
+                                                    norm scales put back as constants
+    replacement_logits(model, tokens, transcoders, errors=True)
+                                                 -> logits of the replacement model
+    Hold(site, value, delta=None)                an intervention: the activation at `site` is the
+                                                    constant `value` (+ `delta`)
+
+How `attribute` works (Ameisen et al. 2025, "Circuit Tracing"; circuit-tracer's attribution.py):
+
+1. One clean run records each transcoder's input, every layer's true MLP output, every attention
+   pattern and norm scale, and the residual entering block 0 (the token nodes' vectors).
+2. Features are `dictionary.encode(input)`; a layer's error is its true MLP output minus the
+   reconstruction (a layer without a transcoder is all error). Features and errors at a leading
+   BOS are dropped (`drop_bos`), as circuit-tracer does: that position's MLP output is a constant.
+3. The local replacement model: `Hold`s put the clean patterns and scales back as constants (no
+   gradient flows through them), and each layer's clean MLP output (and block 0's input) back as a
+   constant plus a zero `delta` that requires grad, so d(anything)/d(delta) is its derivative by
+   that MLP output. The model is now affine in the deltas, and a target's input is exactly the sum
+   of its direct effects plus a constant (tests/test_features_graph.py checks that sum).
+4. One forward of `batch_size` copies of the prompt; per batch of target nodes, one backward from
+   sum_b <v_b, x_b>: row b's activation x_b at its target's input site and position, v_b the
+   target's input vector (a feature's encoder column; a logit's unembedding column minus the mean
+   column, or minus a baseline token's column). Row b's gradient at each delta, contracted with a
+   source's output vector (activation x decoder row, error vector, token embedding), is the
+   source's direct effect on target b. The graph is reused for every batch (retain_graph).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp import run
+from interp.circuits.eap import model_label
+from interp.errors import InterpError
+from interp.features.dictionary import Dictionary
+from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
+from interp.metrics import token_ids
+from interp.sites import check_hook_names, check_tokens, hook_name, layer_of
+
+__all__ = ["Hold", "attribute", "frozen", "replacement_logits"]
+
+EMBED = "blocks.0.hook_resid_pre"  # the token nodes' vectors: the residual entering block 0
+UNEMBED = "unembed.hook_in"  # the logits' input, after the final norm
+_NORM_WARNINGS = r".*(hook_scale|hook_normalized).*"  # the bridge notes that a held scale leaves HF's fused norm
+
+
+@dataclass(frozen=True)
+class Hold:
+    """The activation at `site` becomes the constant `value` ([1, ...]: one prompt's activation,
+    the same for every row) plus `delta` ([rows, ...] or None). A zero `delta` that requires grad
+    makes d/d(delta) the derivative by that activation, while nothing flows into what computed it."""
+
+    site: str
+    value: Tensor
+    delta: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "site", hook_name(self.site))
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.site,)
+
+    @property
+    def first_pos(self) -> int:
+        return 0
+
+    def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
+        if start:
+            raise InterpError(f"Hold at {self.site} replaces whole activations; it cannot run on a resumed forward (start={start})")
+        if self.value.shape[1:] != act.shape[1:]:
+            raise InterpError(f"Hold at {self.site}: value has shape {tuple(self.value.shape)} but the activation has {tuple(act.shape)}")
+        out = self.value.to(act.dtype).expand_as(act)
+        return out if self.delta is None else out + self.delta.to(act.dtype)
+
+
+def _frozen_names(model) -> list[str]:
+    return [n for n in model.hook_dict if n.endswith(".hook_pattern") or n.endswith(".hook_scale")]
+
+
+def frozen(model, tokens: Tensor) -> list[Hold]:
+    """Holds that freeze every attention pattern and norm scale at their values on `tokens` ([1, pos]):
+    under them the model is linear in its residual stream apart from the MLPs."""
+    names = _frozen_names(model)
+    _, acts = run.cache(model, tokens, names)
+    return [Hold(n, acts[n]) for n in names if n in acts]
+
+
+def _by_layer(model, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary]) -> dict[int, Dictionary]:
+    items = list(transcoders.values()) if isinstance(transcoders, Mapping) else list(transcoders)
+    out: dict[int, Dictionary] = {}
+    for d in items:
+        if not isinstance(d, Dictionary) or d.kind != "transcoder":
+            raise InterpError(f"attribution graphs need transcoders (interp.features.Dictionary reading an MLP's input and "
+                              f"rebuilding its output), got {d!r}")
+        layer = layer_of(d.site_out)
+        if layer is None or layer_of(d.site_in) != layer:
+            raise InterpError(f"{d!r}: a per-layer transcoder reads and writes inside one block (blocks.L....), "
+                              f"e.g. blocks.L.ln2.hook_normalized -> blocks.L.hook_mlp_out")
+        if layer in out:
+            raise InterpError(f"two transcoders for layer {layer}: {out[layer]!r} and {d!r}; pass one per layer")
+        out[layer] = d
+    if not out:
+        raise InterpError("no transcoders given; pass one interp.features.Dictionary per layer (a list or {layer: dictionary})")
+    if max(out) >= model.cfg.n_layers:
+        raise InterpError(f"a transcoder sits at layer {max(out)} but the model has layers 0..{model.cfg.n_layers - 1}")
+    check_hook_names(model, [n for d in out.values() for n in (d.site_in, d.site_out)])
+    return out
+
+
+def _prompt_tokens(model, prompt: str | Tensor) -> Tensor:
+    if isinstance(prompt, str):
+        return model.to_tokens(prompt).to(model.cfg.device)
+    check_tokens(prompt, "prompt")
+    tokens = prompt if prompt.ndim == 2 else prompt[None]
+    if tokens.ndim != 2 or tokens.shape[0] != 1:
+        raise InterpError(f"an attribution graph is of one prompt: pass a string or token ids [pos] or [1, pos], got "
+                          f"shape {tuple(prompt.shape)}")
+    return tokens.to(model.cfg.device)
+
+
+def replacement_logits(model, tokens: Tensor, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary], *,
+                       errors: bool = True) -> Float[Tensor, "batch pos d_vocab"]:
+    """Logits of the prompt's replacement model: patterns and scales frozen, each transcoder's
+    reconstruction (recomputed from its input in this forward, layer by layer) in place of its MLP's
+    output, plus the clean error when `errors` (then it reproduces the model's logits exactly).
+    One forward per transcoder layer, each under the outputs already replaced."""
+    tokens = _prompt_tokens(model, tokens)
+    by_layer = _by_layer(model, transcoders)
+    _, clean = run.cache(model, tokens, [n for d in by_layer.values() for n in (d.site_in, d.site_out)])
+    holds = frozen(model, tokens)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_NORM_WARNINGS)
+        for layer in sorted(by_layer):
+            d = by_layer[layer]
+            error = clean[d.site_out] - d(clean[d.site_in]) if errors else 0.0
+            _, now = run.cache(model, tokens, [d.site_in], holds)
+            holds.append(Hold(d.site_out, d(now[d.site_in]) + error))
+        return run.logits(model, tokens, holds)
+
+
+def _logit_targets(model, last: Tensor, targets, baseline, max_logits: int, logit_prob: float):
+    probs = torch.softmax(last.float(), -1)
+    if targets is None:
+        top_p, top_i = probs.topk(min(max_logits, probs.shape[0]))
+        cut = int(torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob))) + 1
+        ids = top_i[:cut]
+    else:
+        ids = torch.tensor([t for t in targets if isinstance(t, int)] if all(isinstance(t, int) for t in targets)
+                           else token_ids(model, [str(t) for t in targets]).tolist(), dtype=torch.long)
+        if not len(ids) or int(ids.min()) < 0 or int(ids.max()) >= probs.shape[0]:
+            raise InterpError(f"targets must be answer strings or vocab ids in [0, {probs.shape[0]}), got {targets!r}")
+    W_U = model.W_U.detach().float()  # [d_model, d_vocab]
+    if baseline == "mean":
+        vecs = W_U[:, ids].T - W_U.mean(1)
+    else:
+        base = token_ids(model, [baseline])[0] if isinstance(baseline, str) else int(baseline)
+        vecs = W_U[:, ids].T - W_U[:, base]
+    return ids.cpu(), probs[ids].cpu(), vecs
+
+
+@dataclass
+class _Sources:
+    """The graph's source nodes of one prompt: active features (layer, position, feature order),
+    errors [layer, pos, d_model] and token vectors [pos, d_model], with each feature's output
+    vector (activation x decoder row) and input vector (encoder column), grouped by layer."""
+
+    layer: Tensor
+    pos: Tensor
+    index: Tensor
+    act: Tensor
+    dec: dict[int, tuple[Tensor, Tensor]]  # layer -> (positions [k], activation x decoder rows [k, d_model])
+    enc: dict[int, Tensor]  # layer -> encoder columns [k, d_in]
+    errors: Tensor
+    embed: Tensor
+
+    @property
+    def n_features(self) -> int:
+        return len(self.layer)
+
+    def input_vector(self, i: int) -> Tensor:
+        layer = int(self.layer[i])
+        return self.enc[layer][i - int((self.layer < layer).sum())]
+
+
+def _sources(clean: dict[str, Tensor], by_layer: dict[int, Dictionary], outs: dict[int, str], skip: int) -> _Sources:
+    """Features and errors from the clean run; positions before `skip` (a BOS) are no nodes."""
+    layers, pos_, idx_, act_, dec, enc, errors = [], [], [], [], {}, {}, []
+    for layer, site in outs.items():
+        out = clean[site][0].float()
+        if layer in by_layer:
+            d = by_layer[layer]
+            a = d.encode(clean[d.site_in][0].float()).detach()
+            a[:skip] = 0
+            pos, idx = torch.nonzero(a, as_tuple=True)
+            layers += [layer] * len(pos)
+            pos_.append(pos)
+            idx_.append(idx)
+            act_.append(a[pos, idx])
+            dec[layer] = (pos, d.W_dec.detach().float()[idx] * a[pos, idx][:, None])
+            enc[layer] = d.W_enc.detach().float()[:, idx].T
+            out = out - d.decode(a).detach().float()
+        out[:skip] = 0
+        errors.append(out)
+    cat = lambda xs, dtype: torch.cat(xs).cpu() if xs else torch.zeros(0, dtype=dtype)  # noqa: E731
+    return _Sources(torch.tensor(layers, dtype=torch.long), cat(pos_, torch.long), cat(idx_, torch.long),
+                    cat(act_, torch.float), dec, enc, torch.stack(errors), clean[EMBED][0].float())
+
+
+class _Backward:
+    """The frozen replacement model run once on `rows` copies of the prompt; `rows_of(targets)`
+    gives the direct effects of every source on up to `rows` targets with one backward."""
+
+    def __init__(self, model, tokens: Tensor, clean: dict[str, Tensor], holds: list[Hold], outs: dict[int, str],
+                 sites: list[str], src: _Sources, rows: int):
+        n_pos = tokens.shape[1]
+        self.src, self.seconds = src, 0.0
+        self.deltas = [torch.zeros(rows, n_pos, src.errors.shape[-1], requires_grad=True) for _ in outs]
+        self.deltas.append(torch.zeros(rows, *clean[EMBED].shape[1:], requires_grad=True))
+        holds = holds + [Hold(site, clean[site], self.deltas[l]) for l, site in outs.items()]
+        holds.append(Hold(EMBED, clean[EMBED], self.deltas[-1]))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_NORM_WARNINGS)
+            _, self.found = run.with_grad(model, tokens.repeat(rows, 1), sites, holds)
+
+    def rows_of(self, targets: list[tuple[str, int, Tensor]]) -> Tensor:
+        """Targets (site, position, input vector) -> [len, sources]: features, errors (layer-major), tokens."""
+        t, src = time.perf_counter(), self.src
+        loss = torch.zeros(())
+        for site in dict.fromkeys(s for s, _, _ in targets):
+            r = [i for i, (s, _, _) in enumerate(targets) if s == site]
+            p = torch.tensor([targets[i][1] for i in r])
+            v = torch.stack([targets[i][2] for i in r])
+            loss = loss + (self.found[site][torch.tensor(r), p].float() * v).sum()
+        grads = torch.autograd.grad(loss, self.deltas, retain_graph=True, allow_unused=True)
+        grads = [torch.zeros_like(x) if g is None else g.float() for g, x in zip(grads, self.deltas)]
+        cols = []
+        for layer, (pos, vecs) in src.dec.items():
+            cols.append((grads[layer] @ vecs.T)[:, pos, torch.arange(len(pos))])  # [rows, k]
+        cols.append(torch.einsum("lpd,blpd->blp", src.errors, torch.stack(grads[:-1], 1)).flatten(1))
+        cols.append((grads[-1] * src.embed).sum(-1))
+        self.seconds += time.perf_counter() - t
+        return torch.cat(cols, 1)[: len(targets)]
+
+
+def _feature_rows(bwd: _Backward, logit_rows: Tensor, probs: Tensor, sites: dict[int, str], budget: int,
+                  batch: int, progress: bool) -> tuple[Tensor, Tensor]:
+    """(rows [features, sources], chosen [features]): all features' rows, or `budget` of them taken
+    most influential first through the rows known so far (circuit-tracer's order)."""
+    src = bwd.src
+    n_feat, n_src = src.n_features, logit_rows.shape[1]
+    rows, chosen = torch.zeros(n_feat, n_src), torch.zeros(n_feat, dtype=torch.bool)
+    bar = tqdm(total=budget, desc="feature rows", disable=not progress or budget <= batch)
+    while int(chosen.sum()) < budget:
+        if budget == n_feat:
+            todo = torch.nonzero(~chosen).flatten()[:batch]
+        else:
+            known = torch.nonzero(chosen).flatten()
+            row_node = torch.cat([torch.arange(n_src, n_src + len(probs)), known])
+            inf = _partial_influence(torch.cat([logit_rows, rows[known]]), row_node, probs, n_src + len(probs))
+            order = torch.argsort(inf[:n_feat], descending=True)
+            todo = order[~chosen[order]][: min(batch, budget - int(chosen.sum()))]
+        rows[todo] = bwd.rows_of([(sites[int(src.layer[i])], int(src.pos[i]), src.input_vector(i)) for i in todo.tolist()])
+        chosen[todo] = True
+        bar.update(len(todo))
+    bar.close()
+    return rows, chosen
+
+
+def attribute(
+    model,
+    prompt: str | Tensor,
+    transcoders: Sequence[Dictionary] | Mapping[int, Dictionary],
+    *,
+    targets: Sequence[str | int] | None = None,
+    baseline: str | int = "mean",
+    max_logits: int = 10,
+    logit_prob: float = 0.95,
+    max_feature_nodes: int | None = None,
+    batch_size: int = 32,
+    drop_bos: bool = True,
+    progress: bool = True,
+) -> AttributionGraph:
+    """The attribution graph of `prompt` (a string or token ids) through `transcoders` (one
+    Dictionary per layer; a layer without one is all error). Logit nodes: `targets` (answer strings
+    or vocab ids), else the most probable next tokens until `logit_prob` of the probability (at most
+    `max_logits`). `baseline`: "mean" (each logit minus the vocabulary's mean logit, circuit-tracer)
+    or a token (each logit minus that token's: a logit difference). `max_feature_nodes`: attribute
+    only that many features, chosen by their influence so far (circuit-tracer's ranking); None: all.
+    `batch_size` target rows share one backward. See the module docstring for the method."""
+    if baseline != "mean" and not isinstance(baseline, (str, int)):
+        raise InterpError(f"baseline must be 'mean', a token string or a vocab id, got {baseline!r}")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise InterpError(f"batch_size must be a positive int, got {batch_size!r}")
+    t0 = time.perf_counter()
+    tokens = _prompt_tokens(model, prompt)
+    by_layer = _by_layer(model, transcoders)
+    n_layers, n_pos = model.cfg.n_layers, tokens.shape[1]
+    outs = {l: by_layer[l].site_out if l in by_layer else hook_name("mlp_out", l) for l in range(n_layers)}
+    freeze = _frozen_names(model)
+    logits, clean = run.cache(model, tokens, list(dict.fromkeys(
+        [*(d.site_in for d in by_layer.values()), *outs.values(), EMBED, UNEMBED, *freeze])))
+    bos = getattr(getattr(model, "tokenizer", None), "bos_token_id", None)
+    skip = int(bool(drop_bos and bos is not None and int(tokens[0, 0]) == bos))
+    src = _sources(clean, by_layer, outs, skip)
+    ids, probs, logit_vecs = _logit_targets(model, logits[0, -1], targets, baseline, max_logits, logit_prob)
+    sites = {l: by_layer[l].site_in for l in src.enc}
+    t_fwd = time.perf_counter()
+    bwd = _Backward(model, tokens, clean, [Hold(n, clean[n]) for n in freeze if n in clean], outs,
+                    list(dict.fromkeys([*sites.values(), UNEMBED])), src, batch_size)
+    t_fwd = time.perf_counter() - t0
+    logit_rows = torch.cat([bwd.rows_of([(UNEMBED, n_pos - 1, v) for v in logit_vecs[i:i + batch_size]])
+                            for i in range(0, len(ids), batch_size)])
+    n_feat = src.n_features
+    budget = n_feat if max_feature_nodes is None else max(0, min(int(max_feature_nodes), n_feat))
+    feat_rows, chosen = _feature_rows(bwd, logit_rows, probs, sites, budget, batch_size, progress)
+    strings = [str(s) for s in model.to_str_tokens(tokens[0])]
+    meta = {
+        "n_layers": n_layers, "prompt": prompt if isinstance(prompt, str) else "".join(strings),
+        "baseline": baseline, "drop_bos": bool(skip), "transcoder_layers": sorted(by_layer),
+        "n_active_features": n_feat, "max_feature_nodes": max_feature_nodes, "batch_size": batch_size,
+        "logit_tokens": {str(int(i)): str(model.tokenizer.decode([int(i)])) for i in ids},
+        "seconds": {"total": time.perf_counter() - t0, "forward": t_fwd, "backward": bwd.seconds},
+    }
+    return _assemble(src, feat_rows, chosen, logit_rows, ids, probs, tokens[0].cpu(), strings, model_label(model), meta)
+
+
+def _assemble(src: _Sources, feat_rows: Tensor, chosen: Tensor, logit_rows: Tensor, ids: Tensor, probs: Tensor,
+              token_ids: Tensor, strings: list[str], model: str, meta: dict) -> AttributionGraph:
+    """The graph of the chosen features, every error and token, and the logits (circuit-tracer's order)."""
+    n_feat, (n_layers, n_pos, _) = src.n_features, src.errors.shape
+    keep = torch.cat([torch.nonzero(chosen).flatten(), torch.arange(n_feat, logit_rows.shape[1])])
+    k, n_logit = int(chosen.sum()), len(ids)
+    n = len(keep) + n_logit
+    adjacency = torch.zeros(n, n)
+    adjacency[:k, : len(keep)] = feat_rows[chosen][:, keep]
+    adjacency[len(keep):, : len(keep)] = logit_rows[:, keep]
+    n_err = n_layers * n_pos
+    return AttributionGraph(
+        adjacency=adjacency,
+        kind=torch.cat([torch.full((k,), FEATURE), torch.full((n_err,), ERROR), torch.full((n_pos,), TOKEN),
+                        torch.full((n_logit,), LOGIT)]),
+        layer=torch.cat([src.layer[chosen], torch.arange(n_layers).repeat_interleave(n_pos), torch.full((n_pos,), -1),
+                         torch.full((n_logit,), n_layers)]),
+        pos=torch.cat([src.pos[chosen], torch.arange(n_pos).repeat(n_layers), torch.arange(n_pos),
+                       torch.full((n_logit,), n_pos - 1)]),
+        index=torch.cat([src.index[chosen], torch.full((n_err,), -1), token_ids, ids]),
+        activation=torch.cat([src.act[chosen], torch.zeros(n_err + n_pos + n_logit)]),
+        prob=torch.cat([torch.zeros(len(keep)), probs.float()]),
+        tokens=tuple(strings), model=model, meta=meta,
+    )
+
+
+def _partial_influence(rows: Tensor, row_node: Tensor, probs: Tensor, n: int, max_iter: int = 1000) -> Tensor:
+    """Influence of every node on the logits through the rows known so far (circuit-tracer's
+    ranking for `max_feature_nodes`): rows [r, sources] are the normalised inputs of nodes row_node."""
+    norm = rows.abs()
+    norm = norm / norm.sum(1, keepdim=True).clamp(min=1e-10)
+    weight = torch.zeros(n)
+    weight[-len(probs):] = probs
+    total = torch.zeros(rows.shape[1])
+    step = weight
+    for _ in range(max_iter):
+        step = step[row_node] @ norm  # [sources]
+        if not bool(step.any()):
+            return total
+        total += step
+        step = torch.cat([step, torch.zeros(n - len(step))])
+    raise InterpError("feature ranking did not converge: the rows form a cycle")
