@@ -227,7 +227,9 @@ def _circuit(args: argparse.Namespace) -> int:
     print(f"{args.method} on {args.model}, {task.name}/{task.split} n={len(task)}: clean {graph.meta['clean_metric']:.4g}, "
           f"corrupt {graph.meta['corrupt_metric']:.4g}; {len(graph)} edges")
     print(f"top heads: {', '.join(h['head'] for h in digest['top_heads'][:5])}")
-    print(f"{args.ablation} ablation: 80% recovered with {f['edges_80']} edges, 90% with {f['edges_90']}")
+    area = lambda k: "–" if f[k] is None else f"{f[k]:.3f}"  # noqa: E731
+    print(f"{args.ablation} ablation, {args.order} order: area under f {area('area_under')} (MIB's CPR with --order signed), "
+          f"between f and 1 {area('area_from_1')} (MIB's CMD with --order top)")
     print(f"wrote {out}/graph.safetensors, faithfulness.safetensors, faithfulness.json, circuit.html")
     return 0
 
@@ -300,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, help="EAP-IG interpolation steps (default 5)")
     p.add_argument("--ablation", default="mean", choices=["mean", "resample"],
                    help="what an edge outside the circuit carries (default mean)")
-    p.add_argument("--order", default="top", choices=["top", "greedy"], help="how circuits grow (default top)")
+    p.add_argument("--order", default="top", choices=["top", "signed", "greedy"], help="how circuits grow (default top: by |score|)")
     p.add_argument("--n", type=int, default=64, help="examples (default 64)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder")

@@ -112,8 +112,8 @@ def section_patching(workdir: Path) -> list[Any]:
 
 def section_circuit(workdir: Path) -> list[Any]:
     """IOI edge attribution (EAP-IG) on the zoo's LLaMA (GQA: k/v edges end on KV heads): the
-    interactive circuit, and the faithfulness curve of its top edges (interp.circuits.study)."""
-    from interp.circuits.study import demo_section
+    interactive circuit, and the MIB scores of its circuits (interp.studies.circuits)."""
+    from interp.studies.circuits import demo_section
 
     if not (ZOO_DIR / "lm-llama" / "config.json").exists():
         return []

@@ -17,7 +17,6 @@ import torch
 import interp
 from interp import metrics
 from interp.circuits import (
-    AddTo,
     Faithfulness,
     Graph,
     eap,
@@ -28,9 +27,9 @@ from interp.circuits import (
     faithfulness_curve,
     greedy,
     has_path,
-    receiver_nodes,
-    sender_nodes,
 )
+from interp.circuits.exact import AddTo
+from interp.circuits.graph import receiver_nodes, sender_nodes
 from interp.circuits.pipeline import summary, task_for, with_example
 from interp.circuits.wiring import split_inputs
 from interp.errors import InterpError

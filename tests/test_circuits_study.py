@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from interp.circuits import study
+from interp.studies import circuits as study
 from interp.errors import InterpError
 from interp.studies import docs
 from interp.studies.units import comparable
@@ -33,6 +33,16 @@ def test_quick_budget_runs_one_unit_per_model_with_a_judged_claim(quick):
     assert v["effect"] == m["correlation"]["eap_ig"]["spearman"] and v["diff_ci"] == gap["ci"]
     assert not rejudge(quick)
     assert quick["provenance"]["units_run"] == 1
+    mib = m["mib"]  # MIB's scores of each method's circuits, random circuits beside them
+    assert set(mib["series"]) == {"eap", "eap-ig", "exact", "random"} and mib["series"]["eap-ig"]["upto"] == 1.0
+    assert mib["exact_ranked"] == 18 and mib["series"]["exact"]["upto"] == 0.05  # quick: the EAP-IG top 5 % exact
+    assert mib["common"]["upto"] == 0.05 and mib["series"]["eap"]["signed"][-1] == pytest.approx(1.0, abs=1e-3)
+    assert mib["series"]["exact"]["signed"][-1] is None  # no circuit of all edges from an 18-edge ranking
+    w = quick["mib_verdicts"]["zoo:lm-llama"]
+    assert w["effect"] == mib["series"]["eap-ig"]["cpr"] and w["control_ci"] == mib["random"]["cpr_range"]
+    mask = m["mask"]  # a learned head mask's logits rank the heads
+    assert mask["steps"] == 20 and set(mask["series"]) == {"mask", "eap-ig heads", "random"}
+    assert mask["series"]["mask"]["signed"][-1] == pytest.approx(1.0, abs=1e-3)
 
 
 def test_rerun_reads_the_unit_back(quick, units):
@@ -54,3 +64,23 @@ def test_bad_input():
         study.repro(progress=False, budget="quick", overrides={"stepz": 3})
     with pytest.raises(SystemExit):
         study.main(["--doc", "x.md"])  # runs go through `interp repro`, not this module
+
+
+def test_the_capability_imports_no_study_and_keeps_a_small_surface():
+    """interp.circuits is a capability; its study lives in interp.studies.circuits (issue 29). The
+    architecture test finds cycles between modules, where circuits.study -> studies.units and
+    studies.circuits -> circuits.study never closed one; this checks the packages' direction."""
+    import ast
+    from pathlib import Path
+
+    import interp.circuits
+
+    folder = Path(interp.circuits.__file__).parent
+    for path in folder.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not [n for n in names if n.startswith("interp.studies")], f"{path.name} imports a study"
+    assert not (folder / "study.py").exists()
+    assert len(interp.circuits.__all__) <= 15
+    assert study.demo_section.__module__ == "interp.studies.circuits"

@@ -31,13 +31,14 @@ from torch import Tensor
 from interp import run
 from interp.circuits.eap import edge_index, task_baselines
 from interp.circuits.graph import Graph, node
+from interp.circuits.mib import MIB_FRACTIONS, areas, mib_sizes
 from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
 from interp.metrics import for_task
 from interp.results import Grid, result
 from interp.tasks.base import Task
 
-__all__ = ["AblateOutside", "Faithfulness", "faithfulness", "faithfulness_curve", "greedy", "has_path"]
+__all__ = ["ABLATIONS", "AblateOutside", "Faithfulness", "Runner", "check_graph", "faithfulness", "faithfulness_curve", "greedy", "has_path", "prune"]
 
 ABLATIONS = ("mean", "resample")
 
@@ -61,6 +62,24 @@ def has_path(graph: Graph) -> bool:
         if s in reached:
             reached.update(_node_of(r, per))
     return "logits" in reached
+
+
+def prune(graph: Graph) -> Graph:
+    """The edges of `graph` that lie on a path from the embeddings to the logits, in their order.
+    An edge whose sender no edge of the graph reaches from `embed` carries a sender fed only
+    ablated inputs, and one whose receiver's node reaches no logits cannot move the output; MIB
+    prunes every circuit so before it evaluates it (its `apply_topn(..., prune=True)`)."""
+    per = graph.meta["n_heads"] // graph.meta["n_kv_heads"]
+    reached, useful = {"embed"}, {"logits"}
+    for i in sorted(range(len(graph)), key=lambda i: node(graph.receivers[i]).order):  # forward
+        if graph.senders[i] in reached:
+            reached.update(_node_of(graph.receivers[i], per))
+    for i in sorted(range(len(graph)), key=lambda i: -node(graph.senders[i]).order):  # backward
+        if any(o in useful for o in _node_of(graph.receivers[i], per)):
+            useful.add(graph.senders[i])
+    keep = [i for i in range(len(graph))
+            if graph.senders[i] in reached and any(o in useful for o in _node_of(graph.receivers[i], per))]
+    return graph.select(keep)
 
 
 def greedy(graph: Graph, n: int) -> Graph:
@@ -194,9 +213,10 @@ class AblateOutside:
 @dataclass(frozen=True)
 class Faithfulness:
     """Fraction of the clean-minus-corrupt metric recovered by the first `edges[i]` edges of a
-    Graph's order, with every other edge ablated. `meta`: ablation, order ("top" / "greedy"),
-    clean_metric, corrupt_metric, empty_recovered, edges_80 and edges_90 (the least edges whose
-    circuit recovers 80 / 90 %, None if no size does), total_edges, method of the scores."""
+    Graph's order, with every other edge ablated. `meta`: ablation, order ("top" / "signed" /
+    "greedy"), clean_metric, corrupt_metric, empty_recovered, area_under and area_from_1 (MIB's
+    areas of this curve, see `faithfulness_curve`), edges_80 and edges_90 (secondary: the least
+    edges whose circuit recovers 80 / 90 %, None if no size does), total_edges, method."""
 
     edges: Tensor  # [size] int
     recovered: Tensor  # [size] float
@@ -213,8 +233,10 @@ class Faithfulness:
 
     def __repr__(self) -> str:
         m = self.meta
+        area = lambda k: "–" if m.get(k) is None else f"{m[k]:.3f}"  # noqa: E731
         return (f"Faithfulness({len(self.edges)} sizes up to {int(self.edges.max()) if len(self.edges) else 0} edges, "
-                f"{m.get('ablation')} ablation, 80%: {m.get('edges_80')} edges, 90%: {m.get('edges_90')} edges)")
+                f"{m.get('ablation')} ablation, {m.get('order')} order: area under f {area('area_under')}, "
+                f"between f and 1 {area('area_from_1')})")
 
     def to_grid(self) -> Grid:
         meta = {k: self.meta[k] for k in ("model", "task", "method", "ablation", "order") if k in self.meta}
@@ -223,8 +245,10 @@ class Faithfulness:
                      "metric": "recovered"})
 
 
-class _Runner:
-    """What every faithfulness measurement of one model and task shares: references, baselines."""
+class Runner:
+    """What every faithfulness measurement of one model and task shares: references, baselines.
+    `measure(keeps)` runs the clean inputs once per keep matrix ([sender, receiver] bool, from
+    `keep`) with every other edge ablated (`AblateOutside`), variants batched by `interp.run`."""
 
     def __init__(self, model, task: Task, ablation: str, progress: bool):
         if ablation not in ABLATIONS:
@@ -257,13 +281,27 @@ class _Runner:
             self.reference = torch.where(count > 0, (outs * wgt).sum(0) / count.clamp_min(1), pooled)
 
     def keep(self, graph: Graph, n: int, order: Tensor) -> Tensor:
+        """[sender, receiver] bool: the first n edges of `graph` in `order`."""
         w = self.wiring
         keep = torch.zeros(len(w.senders), len(w.receivers), dtype=torch.bool)
-        s_at = {s: i for i, s in enumerate(w.senders)}
-        r_at = {r: i for i, r in enumerate(w.receivers)}
+        s_at, r_at = self._at()
         for i in order[:n].tolist():
             keep[s_at[graph.senders[i]], r_at[graph.receivers[i]]] = True
         return keep.to(self.reference.device)
+
+    def keep_heads(self, dropped: list[tuple[int, int]]) -> Tensor:
+        """[sender, receiver] bool: every edge but those out of the `dropped` (layer, head)s, which
+        ablates those heads' outputs (a node circuit, as MIB scores node-level circuits)."""
+        w = self.wiring
+        keep = torch.ones(len(w.senders), len(w.receivers), dtype=torch.bool)
+        s_at, _ = self._at()
+        for layer, head in dropped:
+            keep[s_at[f"a{layer}.h{head}"]] = False
+        return keep.to(self.reference.device)
+
+    def _at(self) -> tuple[dict[str, int], dict[str, int]]:
+        w = self.wiring
+        return {s: i for i, s in enumerate(w.senders)}, {r: i for i, r in enumerate(w.receivers)}
 
     def measure(self, keeps: list[Tensor]) -> Tensor:
         variants = [[AblateOutside(self.wiring, k, self.reference)] for k in keeps]
@@ -279,7 +317,7 @@ class _Runner:
         return (values - self.corrupt) / (self.clean - self.corrupt)
 
 
-def _check_graph(model, graph: Graph) -> None:
+def check_graph(model, graph: Graph) -> None:
     w = Wiring(model)
     if not isinstance(graph, Graph):
         raise InterpError(f"a circuit is a Graph (e.g. graph.top(n)), got {type(graph).__name__}")
@@ -291,46 +329,46 @@ def _check_graph(model, graph: Graph) -> None:
 def faithfulness(model, task: Task, circuit: Graph, *, ablation: str = "mean", progress: bool = False) -> float:
     """Fraction of the clean-minus-corrupt metric that `circuit` (every edge of the Graph) recovers
     with every other edge ablated. InterpError if no path joins the embeddings to the logits."""
-    _check_graph(model, circuit)
+    check_graph(model, circuit)
     if not has_path(circuit):
         raise InterpError(f"the circuit's {len(circuit)} edges have no path from 'embed' to 'logits', so it computes "
                           "nothing from the input; add edges (e.g. a larger graph.top(n) or greedy(graph, n))")
-    r = _Runner(model, task, ablation, progress)
+    r = Runner(model, task, ablation, progress)
     return float(r.recovered(r.measure([r.keep(circuit, len(circuit), torch.arange(len(circuit)))]))[0])
-
-
-def _sizes(total: int) -> list[int]:
-    """0, 1, 2, 5, 10, 20, 50, ... up to total (and total itself)."""
-    out, k = [0], 1
-    while k < total:
-        out += [x for x in (k, 2 * k, 5 * k) if x < total]
-        k *= 10
-    return sorted(set(out + [total]))
 
 
 def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean", order: str = "top",
                        sizes: list[int] | None = None, targets: tuple[float, ...] = (0.8, 0.9),
                        progress: bool = True) -> Faithfulness:
-    """Fraction recovered by the first n edges of `graph` (by |score| for order="top", in greedy
-    order for "greedy") for each n in `sizes` (default 0, 1, 2, 5, 10, 20, 50, ... all), and the
-    least n reaching each of `targets` (meta["edges_80"], meta["edges_90"], ...): the first crossing
-    of the curve, refined by bisection between the sizes around it (one forward per step; the
-    sizes it measured join the curve). `targets=()` measures the sizes only."""
-    _check_graph(model, graph)
+    """Fraction recovered by the first n edges of `graph` (by |score| for order="top", by signed
+    score toward the corrupt run for "signed", in greedy order for "greedy") for each n in `sizes`
+    (default 0 and MIB's sizes, floor(p * edges) for p in `scores.MIB_FRACTIONS`). The headline,
+    MIB's areas of this one curve: meta["area_under"] (trapezoids of f = (m - m(empty)) /
+    (m(clean) - m(empty)) over MIB's fractions: CPR when order="signed") and meta["area_from_1"]
+    (of |1 - f|: CMD when order="top"); None unless the curve has every MIB size. MIB prunes its
+    circuits (`prune`) and this curve does not: `scores.circuit_scores` gives MIB's numbers.
+    Secondary, kept for saved files and scripts: the least n reaching each of `targets`
+    (meta["edges_80"], meta["edges_90"], ...), the first crossing refined by bisection (one
+    forward per step; the sizes it measured join the curve). `targets=()` measures the sizes only."""
+    check_graph(model, graph)
     t0 = time.perf_counter()
     if order == "top":
         idx = graph.order()
+    elif order == "signed":
+        sign = 1.0 if graph.meta.get("corrupt_metric", 0.0) > graph.meta.get("clean_metric", 0.0) else -1.0
+        idx = torch.sort(graph.scores * sign, descending=True, stable=True).indices
     elif order == "greedy":
         chosen = greedy(graph, len(graph))
         at = {(s, r): i for i, (s, r) in enumerate(zip(graph.senders, graph.receivers))}
         idx = torch.tensor([at[e] for e in zip(chosen.senders, chosen.receivers)], dtype=torch.long)
     else:
-        raise InterpError(f"order={order!r} must be 'top' or 'greedy'")
+        raise InterpError(f"order={order!r} must be 'top', 'signed' or 'greedy'")
     total = len(idx)
-    sizes = _sizes(total) if sizes is None else sorted({int(s) for s in sizes})
+    mib = mib_sizes(total)
+    sizes = sorted({0, *mib}) if sizes is None else sorted({int(s) for s in sizes})
     if not sizes or sizes[0] < 0 or sizes[-1] > total:
         raise InterpError(f"sizes must be edge counts in 0..{total}, got {sizes}")
-    r = _Runner(model, task, ablation, progress)
+    r = Runner(model, task, ablation, progress)
     values = r.measure([r.keep(graph, n, idx) for n in sizes])
     found = dict(zip(sizes, values.tolist()))
 
@@ -354,9 +392,14 @@ def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean
     least_edges = {f"edges_{round(100 * t):d}": least(t) for t in targets}
     ks = sorted(found)
     vals = torch.tensor([found[k] for k in ks])
+    under = from_1 = None
+    if 0 in found and all(n in found for n in mib):
+        f = [(found[n] - found[0]) / (r.clean - found[0]) for n in mib]
+        under, from_1 = areas(MIB_FRACTIONS, f)
     meta = {k: graph.meta[k] for k in ("model", "task", "method", "steps", "metric", "n_examples") if k in graph.meta}
     meta.update({"ablation": ablation, "order": order, "clean_metric": r.clean, "corrupt_metric": r.corrupt,
                  "empty_recovered": float(r.recovered(vals[0:1])[0]) if ks[0] == 0 else None,
+                 "area_under": under, "area_from_1": from_1,
                  "edges_80": None, "edges_90": None, **least_edges, "total_edges": total,
                  "seconds": time.perf_counter() - t0})
     return Faithfulness(torch.tensor(ks), r.recovered(vals), vals, meta)

@@ -3,7 +3,7 @@
     task = task_for(model, "ioi", n=64)       the zoo's own IOI for zoo models, bpe.ioi for real ones
     graph = scores(model, task, "eap-ig", steps=5)
     graph = with_example(model, task, graph)  attention patterns of one prompt, for the circuit view
-    summary(graph, curve)                     JSON-ready: top heads, top edges, 80 / 90 % counts
+    summary(graph, curve)                     JSON-ready: top heads, top edges, the curve and MIB's areas of it
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def summary(graph: Graph, curve: Faithfulness | None = None, *, heads: int = 10,
                         for s, r, v in zip(top.senders, top.receivers, top.scores)]
     if curve is not None:
         out["faithfulness"] = {
-            **{k: curve.meta.get(k) for k in ("ablation", "order", "edges_80", "edges_90", "total_edges", "empty_recovered")},
+            **{k: curve.meta.get(k) for k in ("ablation", "order", "area_under", "area_from_1", "edges_80", "edges_90",
+                                              "total_edges", "empty_recovered")},
             "edges": curve.edges.tolist(), "recovered": [round(x, 6) for x in curve.recovered.tolist()],
         }
     return out

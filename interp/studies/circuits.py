@@ -1,24 +1,31 @@
-"""The IOI circuit study: EAP, EAP-IG and exact edge patching on the zoo IOI models and SmolLM2.
+"""Circuits on IOI (Wang et al. 2022; EAP-IG of Hanna et al. 2024; scored as MIB, Mueller et al. 2025).
 
     interp repro circuits --budget quick|cpu|paper [--set key=value ...] [--units DIR] --out docs/circuits_repro.json
-    python -m interp.circuits.study --render --doc docs/circuits.md --out docs/circuits_repro.json
+    python -m interp.studies.circuits --render --doc docs/circuits.md --out docs/circuits_repro.json
 
 Per model: edge scores by EAP, EAP-IG (5 steps) and exact edge patching (every edge on the zoo
 models, a seeded random sample on SmolLM2), their Pearson and Spearman correlations with the exact
-scores, the faithfulness curve of the EAP-IG circuit (mean and resample ablation) with the least
-edges recovering 80 / 90 %, and the top heads, each described by what Wang et al. (2022) used to
-name the IOI classes: attention from the final position to the indirect object (name movers) and
-to the repeated subject S2 (S-inhibition), and the duplicate-token, induction and previous-token
-scores of `interp.lens.head_scores`. Each model is one unit of interp.studies.units (keyed by its
-resolved configuration), so a rerun computes only the missing models. The claim read against a
-control: EAP-IG ranks edges like exact patching better than EAP does (Hanna et al. 2024), judged on a
-bootstrap over edges of the Spearman difference. `regions(result)` renders the doc from the JSON.
+scores; the circuits of each method scored as the Mechanistic Interpretability Benchmark scores them
+(`interp.circuits.circuit_scores`: faithfulness at MIB's edge fractions, CPR and CMD) beside random
+circuits of the same sizes; on the zoo models a learned head mask (`interp.masking.learn_mask`)
+whose logits rank the heads, scored the same way (`head_circuit_scores`); and the top heads, each
+described by what Wang et al. (2022) used to name the IOI classes: attention from the final
+position to the indirect object (name movers) and to the repeated subject S2 (S-inhibition), and
+the duplicate-token, induction and previous-token scores of `interp.lens.head_scores`. On SmolLM2
+no ranking of every edge by exact patching fits a CPU budget: its "exact" circuits rank a pool of
+the EAP-IG top edges (`exact_pool` of the model's edges) by their exact effect, so they are scored
+up to that fraction only. Each model is one unit of interp.studies.units (keyed by its resolved
+configuration), so a rerun computes only the missing models. Claims read against controls: EAP-IG
+ranks edges like exact patching better than EAP does (Hanna et al. 2024), judged on a bootstrap
+over edges of the Spearman difference; EAP-IG's circuits score a higher CPR than random circuits
+of the same sizes, judged against the random draws' range. `regions(result)` renders the doc.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -28,10 +35,8 @@ from scipy.stats import pearsonr, spearmanr
 from tqdm.auto import tqdm
 
 from interp import lens, run
-from interp.circuits.circuit import faithfulness_curve
-from interp.circuits.eap import eap, eap_ig
-from interp.circuits.exact import exact
-from interp.circuits.graph import Graph
+from interp.circuits import Graph, circuit_scores, eap, eap_ig, exact, head_circuit_scores
+from interp.circuits.mib import MIB_FRACTIONS, areas
 from interp.circuits.pipeline import is_zoo_english, task_for
 from interp.errors import InterpError
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
@@ -41,17 +46,20 @@ __all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "main", "m
 
 DEFAULT_MODELS = ("zoo:lm-gpt2", "zoo:lm-llama", "zoo:lm-qwen2", "zoo:lm-gemma2", "smollm2-135m")
 ROLE_THRESHOLD = 0.3  # attention / detector score above which a head is given a Wang et al. role
-STUDY, VERSION = "circuits", 2  # 2: units, budgets, the bootstrap of the EAP-IG vs EAP agreement
+STUDY, VERSION = "circuits", 3  # 2: units, budgets, the bootstrap; 3: MIB's CPR / CMD, the learned mask
 # n_zoo / n_real: IOI prompts on zoo / real models; exact_zoo / exact_real: edges patched exactly (0: every
-# edge), a seeded random sample otherwise; steps: EAP-IG interpolation steps; boot: resamples of edges.
+# edge), a seeded random sample otherwise; steps: EAP-IG interpolation steps; boot: resamples of edges;
+# exact_pool: fraction of a model's edges (the EAP-IG top ones) patched exactly for its exact circuits when
+# not every edge is; random: random rankings scored as the control; mask_steps: steps of the learned head
+# mask on zoo models (0: none), at mask_sparsity.
 # "paper" is this study's full scale (every model, every zoo edge exact), not a copy of one paper's run.
 BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"models": ["zoo:lm-llama"], "n_zoo": 8, "n_real": 4, "exact_zoo": 40, "exact_real": 20, "steps": 2, "seed": 0,
-              "boot": 200},
+              "boot": 200, "exact_pool": 0.05, "random": 2, "mask_steps": 20, "mask_sparsity": 0.5},
     "cpu": {"models": list(DEFAULT_MODELS[:4]), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 200, "steps": 5,
-            "seed": 0, "boot": 1000},
+            "seed": 0, "boot": 1000, "exact_pool": 0.01, "random": 3, "mask_steps": 200, "mask_sparsity": 0.5},
     "paper": {"models": list(DEFAULT_MODELS), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 200, "steps": 5,
-              "seed": 0, "boot": 1000},
+              "seed": 0, "boot": 1000, "exact_pool": 0.01, "random": 3, "mask_steps": 200, "mask_sparsity": 0.5},
 }
 
 
@@ -102,11 +110,49 @@ def head_roles(model, task, heads: list[tuple[int, int]]) -> list[dict[str, Any]
     return out
 
 
-def _curve(model, task, graph: Graph, ablation: str, progress: bool) -> dict[str, Any]:
-    c = faithfulness_curve(model, task, graph, ablation=ablation, progress=progress)
-    return {"edges_80": c.meta["edges_80"], "edges_90": c.meta["edges_90"],
-            "empty_recovered": round(c.meta["empty_recovered"], 4), "seconds": round(c.meta["seconds"], 2),
-            "edges": c.edges.tolist(), "recovered": [round(x, 4) for x in c.recovered.tolist()]}
+def _series(grid, name: str, order: str) -> list[float | None]:
+    k = grid.labels[1].index(name)
+    o = grid.labels[2].index(order)
+    return [None if v != v else round(v, 4) for v in grid.values[:, k, o].tolist()]  # NaN (not measured) -> null
+
+
+def _mib(grid, orders: tuple[str, str]) -> dict[str, Any]:
+    """The JSON of a circuit_scores / head_circuit_scores Grid: per series its f curves, CPR, CMD and
+    the last fraction it reaches; the random draws' CPR and CMD; and every series' areas over the
+    fractions all of them reach (`common`), which is what compares a partial series with the rest."""
+    m = grid.meta
+    names = list(grid.labels[1])
+    series = {n: {"cpr": round(m["cpr"][n], 4), "cmd": round(m["cmd"][n], 4), "upto": m["upto"][n],
+                  "signed": _series(grid, n, orders[0]), "absolute": _series(grid, n, orders[1])} for n in names}
+    reach = min(len([v for v in s["absolute"] if v is not None]) for s in series.values())
+    fr = list(MIB_FRACTIONS[:reach])
+    common = {"upto": fr[-1] if fr else None,
+              "cpr": {n: round(areas(fr, s["signed"][:reach])[0], 4) for n, s in series.items()},
+              "cmd": {n: round(areas(fr, s["absolute"][:reach])[1], 4) for n, s in series.items()}}
+    rnd = m["random"]
+    return {"fractions": list(MIB_FRACTIONS), "sizes": m["sizes"], "ablation": m["ablation"],
+            "empty_metric": round(m["empty_metric"], 4), "series": series, "common": common,
+            "random": {"draws": rnd["draws"], "seed": rnd["seed"], "cpr": [round(x, 4) for x in rnd["cpr"]],
+                       "cmd": [round(x, 4) for x in rnd["cmd"]],
+                       "cpr_range": [round(min(rnd["cpr"]), 4), round(max(rnd["cpr"]), 4)] if rnd["cpr"] else None,
+                       "cmd_range": [round(min(rnd["cmd"]), 4), round(max(rnd["cmd"]), 4)] if rnd["cmd"] else None}}
+
+
+def _mask_scores(model, task, gi: Graph, steps: int, sparsity: float, seed: int, progress: bool) -> dict[str, Any]:
+    """A learned head mask (hard-concrete, resample ablation, heads only) whose logits rank the heads,
+    and EAP-IG's summed |edge score| per head, scored as head circuits beside random head rankings."""
+    from interp.masking import learn_mask
+
+    t0 = time.perf_counter()
+    mask = learn_mask(model, task, sparsity=sparsity, seed=seed, steps=steps, include_mlps=False,
+                      ablation="resample", progress=progress)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    logits = torch.tensor(mask.meta["log_alpha"][: L * H]).view(L, H)
+    learned = round(time.perf_counter() - t0, 2)
+    grid = head_circuit_scores(model, task, {"mask": logits, "eap-ig heads": gi.heads().values}, random=3, seed=seed,
+                               progress=progress)
+    return {"steps": steps, "sparsity": sparsity, "kept_heads": int(mask.heads.sum()), "final_kl": round(mask.meta["final_kl"], 4),
+            "seconds": learned, **_mib(grid, ("score", "score"))}
 
 
 def _fwd_bwd_seconds(model, task) -> float:
@@ -122,9 +168,11 @@ def _fwd_bwd_seconds(model, task) -> float:
 
 
 def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, steps: int = 5, seed: int = 0,
-                progress: bool = True, boot: int = 1000) -> dict[str, Any]:
+                progress: bool = True, boot: int = 1000, exact_pool: float = 0.01, random: int = 3,
+                mask_steps: int = 0, mask_sparsity: float = 0.5) -> dict[str, Any]:
     """The study on one model (see the module docstring); zoo models: n=64 and every edge exact;
-    real models: n=8 and 200 sampled edges exact."""
+    real models: n=8, 200 sampled edges exact for the correlations and the EAP-IG top `exact_pool`
+    of the edges exact for the exact circuits."""
     from interp.model import load
 
     t_start = time.perf_counter()
@@ -148,6 +196,11 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
     at = {e: i for i, e in enumerate(zip(g.senders, g.receivers))}
     idx = torch.tensor([at[e] for e in zip(x.senders, x.receivers)])
     fb = min(_fwd_bwd_seconds(model, task) for _ in range(2))
+    ranked = x if len(x) == len(g) else exact(model, task, gi.top(max(1, math.ceil(exact_pool * len(g)))), progress=progress)
+    t0 = time.perf_counter()
+    grid = circuit_scores(model, task, {"eap": g, "eap-ig": gi, "exact": ranked}, random=random, seed=seed, progress=progress)
+    mib = {**_mib(grid, ("signed", "absolute")), "exact_ranked": len(ranked), "seconds": round(time.perf_counter() - t0, 2),
+           "exact_seconds": round(ranked.meta["seconds"], 2)}
     top, top_edges = gi.heads().top(8), gi.top(10)
     out.update({
         "n_layers": g.meta["n_layers"], "n_heads": g.meta["n_heads"], "n_kv_heads": g.meta["n_kv_heads"],
@@ -157,12 +210,14 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
                     "exact": round(x.meta["seconds"], 2), "forward_backward": round(fb, 3)},
         "correlation": {"eap": _corr(g.select(idx), x), "eap_ig": _corr(gi.select(idx), x)},
         "spearman_gap": spearman_gap(g.select(idx), gi.select(idx), x, boot, seed),
-        "faithfulness": {a: _curve(model, task, gi, a, progress) for a in ("mean", "resample")},
+        "mib": mib,
         "top_heads": [{"score": round(v, 4), **r} for (w, v), r in
                       zip(top, head_roles(model, task, [(w["layer"], w["head"]) for w, _ in top]))],
         "top_edges": [{"sender": s, "receiver": r, "score": round(float(v), 4)}
                       for s, r, v in zip(top_edges.senders, top_edges.receivers, top_edges.scores)],
     })
+    if zoo and mask_steps:
+        out["mask"] = _mask_scores(model, task, gi, mask_steps, mask_sparsity, seed, progress)
     out["total_seconds"] = round(time.perf_counter() - t_start, 1)
     return out
 
@@ -170,7 +225,8 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
 def _config(spec: str, b: dict[str, Any]) -> dict[str, Any]:
     zoo = spec.startswith("zoo:")
     return {"model": spec, "n": b["n_zoo"] if zoo else b["n_real"], "n_exact": b["exact_zoo"] if zoo else b["exact_real"],
-            "steps": b["steps"], "seed": b["seed"], "boot": b["boot"]}
+            "steps": b["steps"], "seed": b["seed"], "boot": b["boot"], "exact_pool": b["exact_pool"], "random": b["random"],
+            "mask_steps": b["mask_steps"] if zoo else 0, "mask_sparsity": b["mask_sparsity"]}
 
 
 def repro(progress: bool = True, models: list[str] | None = None, budget: str = "quick",
@@ -184,7 +240,7 @@ def repro(progress: bool = True, models: list[str] | None = None, budget: str = 
         b["models"] = list(models)
     store = Units(STUDY, units, version=VERSION)
     configs = [_config(spec, b) for spec in b["models"]]
-    res: dict[str, Any] = {"threshold": ROLE_THRESHOLD, "models": {}, "verdicts": {}}
+    res: dict[str, Any] = {"threshold": ROLE_THRESHOLD, "models": {}, "verdicts": {}, "mib_verdicts": {}}
     for c in tqdm(configs, desc="circuit models", disable=not progress):
         kw = {k: v for k, v in c.items() if k != "model"}
         m = res["models"][c["model"]] = store.run(c, lambda c=c, kw=kw: model_study(c["model"], progress=progress, **kw))
@@ -193,6 +249,7 @@ def repro(progress: bool = True, models: list[str] | None = None, budget: str = 
             res["verdicts"][c["model"]] = judge(
                 f"{c['model']}: EAP-IG ranks edges like exact patching better than EAP (Spearman, bootstrap over edges)",
                 m["correlation"]["eap_ig"]["spearman"], m["correlation"]["eap"]["spearman"], "greater", diff_ci=gap["ci"])
+            res["mib_verdicts"][c["model"]] = _cpr_verdict(c["model"], m["mib"])
     done, total = store.count(configs)
     full = BUDGETS["paper"]
     fraction = sum(min(1.0, _config(s, b)["n"] / _config(s, full)["n"]) for s in b["models"] if s in full["models"]) / len(full["models"])
@@ -203,9 +260,16 @@ def repro(progress: bool = True, models: list[str] | None = None, budget: str = 
     return res
 
 
+def _cpr_verdict(spec: str, mib: dict[str, Any]) -> dict[str, Any]:
+    """EAP-IG's CPR against random circuits of the same sizes: their mean, told apart by their range."""
+    return judge(f"{spec}: EAP-IG circuits recover more of the task than random circuits of the same sizes (MIB CPR)",
+                 mib["series"]["eap-ig"]["cpr"], mib["series"]["random"]["cpr"], "greater",
+                 control_ci=mib["random"]["cpr_range"])
+
+
 def demo_section(workdir: Path) -> list:
     """Report items: the EAP-IG circuit of zoo:lm-llama on IOI (the interactive view) and its
-    faithfulness curve under resample ablation."""
+    circuits scored as MIB scores them (faithfulness by circuit size, CPR, CMD) beside random ones."""
     from interp.circuits.pipeline import with_example
     from interp.model import load
     from interp.results import Heading
@@ -214,38 +278,116 @@ def demo_section(workdir: Path) -> list:
     task = task_for(model, "ioi", n=16)
     graph = with_example(model, task, eap_ig(model, task, steps=5, progress=False))
     graph = type(graph)(graph.senders, graph.receivers, graph.scores, {**graph.meta, "model": "zoo:lm-llama"}, graph.patterns)
-    curve = faithfulness_curve(model, task, graph, ablation="resample", progress=False)
+    grid = circuit_scores(model, task, {"eap-ig": graph}, random=3, progress=False)
+    cpr, cmd = grid.meta["cpr"], grid.meta["cmd"]
     return [
         Heading("Circuits: edge attribution on IOI"),
         f"EAP-IG (5 steps) edge scores of zoo:lm-llama on 16 IOI prompts; k and v edges end on its KV heads. "
-        f"Hover an edge for its score, click a head for its attention on the first prompt. With every other edge "
-        f"resample-ablated, {curve.meta['edges_80']} edges recover 80 % and {curve.meta['edges_90']} edges 90 % of the "
-        "clean-minus-corrupt logit difference. `interp circuit MODEL --out DIR` writes the same for any model.",
+        f"Hover an edge for its score, click a head for its attention on the first prompt. Scored as the MIB benchmark "
+        f"scores circuits (every other edge patched from the counterfactual prompt, circuits of 0.1 % to 100 % of the "
+        f"edges): CPR {cpr['eap-ig']:.3f} (area under the faithfulness curve; random circuits of the same sizes "
+        f"{cpr['random']:.3f}), CMD {cmd['eap-ig']:.3f} (area between the curve and 1; random {cmd['random']:.3f}). "
+        "`interp circuit MODEL --out DIR` writes the circuit for any model.",
         graph,
         graph.heads(),
-        curve,
+        grid,
     ]
 
 
 COMMAND = "interp repro circuits --budget {name} --out docs/circuits_repro.json"
-RENDER = "python -m interp.circuits.study --render --doc docs/circuits.md --out docs/circuits_repro.json"
+RENDER = "python -m interp.studies.circuits --render --doc docs/circuits.md --out docs/circuits_repro.json"
 
 
 def _run_region(r, d: dict[str, Any]) -> str:
     b, prov = d["budget"], d["provenance"]
+    v = lambda k: r.num(f"/budget/values/{k}")  # noqa: E731
+    real = [m for m in b["values"]["models"] if not m.startswith("zoo:")]
     lines = [f"The committed numbers: budget `{b['name']}`, made by `{COMMAND.format(name=b['name'])}` then `{RENDER}`; "
              f"{r.num('/budget/paper_fraction')} of this study's `paper` budget (its full scale: every model, every zoo "
-             f"edge exact), {r.int('/budget/units_done')} of {r.int('/budget/units_total')} model units. Run `{prov['date']}` "
-             f"in {r.num('/provenance/wall_s')} s ({r.int('/provenance/units_run')} units computed by this run) on "
-             f"`{prov['machine']['cpu']}`, {r.int('/provenance/machine/cpus')} CPUs shared with other jobs, "
+             f"edge exact), {r.int('/budget/units_done')} of {r.int('/budget/units_total')} model units. The budget: "
+             f"{v('n_zoo')} IOI prompts per zoo model and {v('n_real')} per real model, EAP-IG with {v('steps')} steps, "
+             f"{v('exact_real')} randomly sampled edges patched exactly on real models for the correlations and the EAP-IG top "
+             f"{r.pct('/budget/values/exact_pool')} of their edges for their exact circuits, {v('random')} random rankings "
+             f"as the control of every circuit score, a head mask learned for {v('mask_steps')} steps on each zoo model. "
+             f"Run `{prov['date']}` in {r.num('/provenance/wall_s')} s ({r.int('/provenance/units_run')} units computed by "
+             f"this run) on `{prov['machine']['cpu']}`, {r.int('/provenance/machine/cpus')} CPUs shared with other jobs, "
              f"{r.int('/provenance/machine/torch_threads')} torch threads, commit `{prov['commit']}`. Per model unit: "
-             + "; ".join(f"`{k}` {r.num(f'/provenance/units_s/{k}')} s" for k in prov["units_s"]) + ".",
-             f"The `paper` budget: `{COMMAND.format(name='paper')}` (resumable; it adds `smollm2-135m` with a sample of "
-             "exactly patched edges). On this CPU it takes the zoo units above plus one SmolLM2 unit, which this run did not "
-             "measure, so no time is claimed for it. *GPU: not measured (no GPU was lent to this "
-             "session); every method here is a batched forward/backward, so a GPU's time is bounded below by the "
-             "forward + backward column divided by the GPU's speed-up on a model this small.*"]
+             + "; ".join(f"`{k}` {r.num(f'/provenance/units_s/{k}')} s" for k in prov["units_s"]) + "."]
+    if not real:
+        lines.append(f"The `paper` budget: `{COMMAND.format(name='paper')}` (resumable; it adds `smollm2-135m`). This run did "
+                     "not measure it, so no time is claimed for it.")
+    lines.append("*GPU: not measured (no GPU was lent to this session); every method here is a batched forward/backward, "
+                 "so a GPU's time is bounded below by the forward + backward column divided by the GPU's speed-up on a "
+                 "model this small.*")
     return r.region("\n\n".join(lines))
+
+
+def _mib_region(r, ok: dict[str, Any], key: str, names: tuple[str, ...]) -> str:
+    """Per model and ranking: CPR, CMD, the last fraction measured; random as mean [min, max] of its draws."""
+    from interp.studies.docs import pointer
+
+    lines = ["| model | ranking | CPR (higher is better) | CMD (lower is better) | scored up to (fraction of the model's edges) |",
+             "|---|---|---|---|---|"]
+    for spec, m in ok.items():
+        if key not in m:
+            continue
+        base = pointer("models", spec, key)
+        for name in names:
+            S = f"{base}/series/{name}"
+            if name == "random":
+                rng = lambda k: f"{r.num(S + '/' + k)} [{r.num(f'{base}/random/{k}_range/0')} … {r.num(f'{base}/random/{k}_range/1')}]"  # noqa: E731
+                lines.append(f"| `{spec}` | random (mean [min … max] of {r.int(base + '/random/draws')} draws) | "
+                             f"{rng('cpr')} | {rng('cmd')} | {r.pct(S + '/upto')} |")
+            else:
+                lines.append(f"| `{spec}` | {name} | {r.num(S + '/cpr')} | {r.num(S + '/cmd')} | {r.pct(S + '/upto')} |")
+    return r.region("\n".join(lines))
+
+
+def _curves_region(r, ok: dict[str, Any]) -> str:
+    """f of the signed-order circuits at each of MIB's fractions (– where a ranking has no circuit that large)."""
+    from interp.studies.docs import pointer
+
+    head = "| model | ranking | " + " | ".join(f"`{100 * p:g} %`" for p in MIB_FRACTIONS) + " |"
+    lines = [head, "|---|---|" + "---|" * len(MIB_FRACTIONS)]
+    for spec, m in ok.items():
+        for name in ("eap", "eap-ig", "exact", "random"):
+            S = pointer("models", spec, "mib", "series", name, "signed")
+            cells = ["–" if x is None else r.num(f"{S}/{i}") for i, x in enumerate(m["mib"]["series"][name]["signed"])]
+            lines.append(f"| `{spec}` | {name} | " + " | ".join(cells) + " |")
+    return r.region("\n".join(lines))
+
+
+def _common_region(r, ok: dict[str, Any]) -> str:
+    """Where a ranking stops early (SmolLM2's exact pool): every ranking's areas over the fractions all reach."""
+    from interp.studies.docs import pointer
+
+    lines = ["| model | areas over the fractions up to | ranking | CPR over them | CMD over them |", "|---|---|---|---|---|"]
+    for spec, m in ok.items():
+        c = m["mib"]["common"]
+        if c["upto"] is None or c["upto"] >= 1:
+            continue
+        base = pointer("models", spec, "mib", "common")
+        for name in c["cpr"]:
+            lines.append(f"| `{spec}` | {r.pct(base + '/upto')} | {name} | {r.num(f'{base}/cpr/{name}')} | "
+                         f"{r.num(f'{base}/cmd/{name}')} |")
+    if len(lines) == 2:
+        lines.append("| every model | 100 % | (every ranking reaches every fraction) | | |")
+    return r.region("\n".join(lines))
+
+
+def _mask_region(r, ok: dict[str, Any]) -> str:
+    from interp.studies.docs import pointer
+
+    lines = ["| model | mask steps | heads kept at the target | final KL | ranking | CPR | CMD |", "|---|---|---|---|---|---|---|"]
+    for spec, m in ok.items():
+        if "mask" not in m:
+            continue
+        base = pointer("models", spec, "mask")
+        for name in m["mask"]["series"]:
+            S = f"{base}/series/{name}"
+            lines.append(f"| `{spec}` | {r.int(base + '/steps')} | {r.int(base + '/kept_heads')} | {r.num(base + '/final_kl')} | "
+                         f"{name} | {r.num(S + '/cpr')} | {r.num(S + '/cmd')} |")
+    return r.region("\n".join(lines))
 
 
 def regions(result: dict[str, Any]) -> dict[str, str]:
@@ -265,14 +407,10 @@ def regions(result: dict[str, Any]) -> dict[str, str]:
                      f"{r.int(P(spec, 'edges'))} | {r.int(P(spec, 'exact_edges'))} | {c('eap', 'pearson')} / {c('eap', 'spearman')} | "
                      f"{c('eap_ig', 'pearson')} / {c('eap_ig', 'spearman')} |")
     tables = r.region("\n".join(lines))
-    lines = ["| model | mean ablation: edges for `80 %` | for `90 %` | empty circuit recovers | resample ablation: edges for `80 %` | for `90 %` |",
-             "|---|---|---|---|---|---|"]
-    f = lambda spec, a, k: "–" if ok[spec]["faithfulness"][a][k] is None else r.int(P(spec, "faithfulness", a, k))  # noqa: E731
-    for spec, m in ok.items():
-        lines.append(f"| `{spec}` | {f(spec, 'mean', 'edges_80')} | {f(spec, 'mean', 'edges_90')} | "
-                     f"{r.num(P(spec, 'faithfulness', 'mean', 'empty_recovered'))} | {f(spec, 'resample', 'edges_80')} | "
-                     f"{f(spec, 'resample', 'edges_90')} |")
-    faith = r.region("\n".join(lines))
+    mib = _mib_region(r, ok, "mib", ("eap", "eap-ig", "exact", "random"))
+    curves = _curves_region(r, ok)
+    common = _common_region(r, ok)
+    masks = _mask_region(r, ok)
     lines = ["| model | EAP s | EAP-IG s | exact s | one forward + backward s |", "|---|---|---|---|---|"]
     for spec in ok:
         t = lambda k: r.num(P(spec, "seconds", k))  # noqa: E731
@@ -298,7 +436,14 @@ def regions(result: dict[str, Any]) -> dict[str, str]:
                      f"{r.num(g + '/gap', signed=True)} [{r.num(base + '/diff_ci/0', signed=True)}, "
                      f"{r.num(base + '/diff_ci/1', signed=True)}] | {r.text(base + '/word')} |")
     verdicts = r.region("\n".join(lines))
-    return {"run": run, "tables": tables, "faithfulness": faith, "timing": timing, "heads": heads, "verdicts": verdicts}
+    lines = ["| model | claim | EAP-IG CPR | random CPR (mean) | random draws' range | verdict |", "|---|---|---|---|---|---|"]
+    for spec in result.get("mib_verdicts", {}):
+        base = pointer("mib_verdicts", spec)
+        lines.append(f"| `{spec}` | {r.text(base + '/claim_text')} | {r.num(base + '/effect')} | {r.num(base + '/control')} | "
+                     f"[{r.num(base + '/control_ci/0')}, {r.num(base + '/control_ci/1')}] | {r.text(base + '/word')} |")
+    mib_verdicts = r.region("\n".join(lines))
+    return {"run": run, "tables": tables, "mib": mib, "curves": curves, "common": common, "masks": masks,
+            "timing": timing, "heads": heads, "verdicts": verdicts, "mib_verdicts": mib_verdicts}
 
 
 def main(argv: list[str] | None = None) -> int:
