@@ -91,7 +91,8 @@ def render(result: Any):
 # Result types drawn as an HTML view instead of a plotly figure: result tag -> "module:function".
 # plot imports a view's module only when it meets that type, and views do not import plot (the
 # circuitsvis bundle they share is interp.bundle), so plot and its views form no import cycle.
-VIEWS: dict[str, str] = {"Graph": "interp.circuit_view:view", "AttributionGraph": "interp.features.graph_view:view"}
+VIEWS: dict[str, str] = {"Graph": "interp.circuit_view:view", "AttributionGraph": "interp.features.graph_view:view",
+                         "TopExamples": "interp.features.dashboard:view"}
 
 
 def view_of(obj: Any):

@@ -53,7 +53,7 @@ HOMES = {
     "Comparison": "interp.studies.steering",
     "Core": "interp.cores.results", "Operator": "interp.cores.results", "Alignment": "interp.cores.results",
     "ValidationBars": "interp.cores.results",
-    "Dictionary": "interp.features.dictionary",
+    "Dictionary": "interp.features.dictionary", "TopExamples": "interp.features.sites",
     "AttributionGraph": "interp.features.graph",
 }
 T = TypeVar("T")

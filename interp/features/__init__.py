@@ -11,3 +11,13 @@ from interp.features.graph import AttributionGraph  # noqa: E402
 from interp.features.neuronpedia import from_neuronpedia, to_neuronpedia, write_neuronpedia  # noqa: E402
 
 __all__ += ["AttributionGraph", "attribute", "from_neuronpedia", "replacement_logits", "to_neuronpedia", "write_neuronpedia"]
+
+# dictionaries: training, SAELens files, features as sites (issue 28, items 1-2); Recipe, quality
+# scores and TopExamples live in interp.features.train / .quality / .sites
+from interp.features.saelens import load_saelens, save_saelens  # noqa: E402
+from interp.features.sites import FeatureEdit, feature_acts, feature_edit, top_examples  # noqa: E402
+from interp.features.suite import load_dictionaries  # noqa: E402
+from interp.features.train import train  # noqa: E402
+
+__all__ += ["FeatureEdit", "feature_acts", "feature_edit", "load_dictionaries", "load_saelens", "save_saelens",
+            "top_examples", "train"]

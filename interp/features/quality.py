@@ -1,0 +1,97 @@
+"""What a user checks first about a trained dictionary, on held-out tokens:
+
+    fve          fraction of variance explained: 1 - sum |y - y_hat|^2 / sum |y - mean y|^2
+    l0           mean number of active features per token
+    dead         fraction of features that never fire on these tokens
+    ce_clean     next-token cross-entropy of the model as it is
+    ce_spliced   ... with the dictionary's output in place of the site's activation
+    ce_zero      ... with the site's activation zeroed
+    ce_mean      ... with the site's activation replaced by its mean over these tokens
+    ce_recovered (ce_zero - ce_spliced) / (ce_zero - ce_clean): 1 = as good as the model, 0 = as
+                 bad as zero ablation; ce_recovered_mean the same against mean ablation
+
+Every replacement acts on the trainable positions only (not BOS, not padding), the positions the
+dictionary was trained on; BOS keeps its own activation in all four runs. The spliced run reads
+the site's input from the clean run: splicing one layer does not change that layer's input.
+Everything runs through `interp.run` (`cache` for the activations, `Patch` for the splices).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp.errors import InterpError
+from interp.features.dictionary import Dictionary
+from interp.interventions import Patch
+from interp.run import cache, evaluate
+
+__all__ = ["ce_loss", "scores"]
+
+
+def ce_loss(logits_: Tensor, tokens: Tensor, valid: Tensor) -> float:
+    """Mean next-token cross-entropy over positions whose next token is a trainable position."""
+    target = tokens[:, 1:]
+    keep = valid[:, 1:].to(logits_.device)
+    lp = torch.log_softmax(logits_[:, :-1].float(), -1)
+    nll = -lp.gather(-1, target.unsqueeze(-1).to(lp.device)).squeeze(-1)
+    return float(nll[keep].mean())
+
+
+def scores(model, dictionaries: Sequence[Dictionary], tokens: Tensor, valid: Tensor, *,
+           rows_per_forward: int = 16, progress: bool = False) -> list[dict[str, float]]:
+    """The numbers above for each of `dictionaries` on `tokens` [rows, pos] (trainable where
+    `valid`). One clean forward per chunk of rows serves every dictionary; the three replaced runs
+    of each dictionary run side by side through `interp.run.evaluate` (resumed at its layer)."""
+    if tokens.shape != valid.shape or tokens.ndim != 2:
+        raise InterpError(f"tokens {tuple(tokens.shape)} and valid {tuple(valid.shape)} must be the same [rows, pos]")
+    if not int(valid.sum()):
+        raise InterpError("no trainable positions in the evaluation tokens")
+    names = list(dict.fromkeys(n for d in dictionaries for n in (d.site_in, d.site_out)))
+    chunks = []
+    with torch.no_grad():
+        for i in range(0, len(tokens), rows_per_forward):
+            t, v = tokens[i : i + rows_per_forward], valid[i : i + rows_per_forward]
+            lg, acts = cache(model, t.to(model.cfg.device), names)
+            chunks.append((t, v, ce_loss(lg, t, v), {n: a.float().cpu() for n, a in acts.items()}))
+    return [_one(model, d, chunks, progress) for d in tqdm(dictionaries, desc="scoring", disable=not progress)]
+
+
+def _one(model, d: Dictionary, chunks, progress: bool) -> dict[str, float]:
+    n = sum(int(v.sum()) for _, v, _, _ in chunks)
+    ys = torch.cat([a[d.site_out][v] for _, v, _, a in chunks])  # [tokens, d_out]
+    mean = ys.mean(0)
+    err, l0, fired = 0.0, 0.0, torch.zeros(d.n_features, dtype=torch.bool)
+    ce = {k: 0.0 for k in ("ce_clean", "ce_spliced", "ce_zero", "ce_mean")}
+    weight = 0
+    for t, v, clean, acts in chunks:
+        x, y = acts[d.site_in], acts[d.site_out]
+        f = d.encode(x)
+        y_hat = d.decode(f)
+        err += float((y - y_hat)[v].pow(2).sum())
+        l0 += float((f[v] > 0).sum())
+        fired |= (f[v] > 0).any(0)
+        keep = v[..., None]
+        sources = [torch.where(keep, new, y).to(model.cfg.dtype).to(model.cfg.device)
+                   for new in (y_hat, torch.zeros_like(y), mean.expand_as(y))]
+        rows = t.to(model.cfg.device)
+        metric = lambda logits, rows=rows, v=v: torch.tensor(ce_loss(logits, rows, v))
+        out = evaluate(model, rows, [[Patch(d.site_out, s)] for s in sources], metric, progress=False)
+        w = int(v[:, 1:].sum())
+        weight += w
+        ce["ce_clean"] += clean * w
+        for key, value in zip(("ce_spliced", "ce_zero", "ce_mean"), out.tolist()):
+            ce[key] += value * w
+    ce = {k: v / weight for k, v in ce.items()}
+    return {
+        "fve": 1 - err / float((ys - mean).pow(2).sum()),
+        "l0": l0 / n,
+        "dead": float((~fired).float().mean()),
+        **ce,
+        "ce_recovered": (ce["ce_zero"] - ce["ce_spliced"]) / (ce["ce_zero"] - ce["ce_clean"]),
+        "ce_recovered_mean": (ce["ce_mean"] - ce["ce_spliced"]) / (ce["ce_mean"] - ce["ce_clean"]),
+        "tokens": n,
+    }

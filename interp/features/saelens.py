@@ -1,0 +1,97 @@
+"""SAELens's on-disk format <-> `Dictionary`.
+
+A SAELens dictionary is a folder with `cfg.json` and `sae_weights.safetensors` (keys W_enc
+[d_in, d_sae], b_enc [d_sae], W_dec [d_sae, d_out], b_dec [d_out], and threshold [d_sae] for
+JumpReLU). The cfg names the architecture ("standard", "jumprelu", "transcoder",
+"jumprelu_transcoder"; SAELens saves BatchTopK dictionaries as "jumprelu") and the hook, at the
+top level (SAELens < 6) or under "metadata" / "meta" (6.x): hook_name, and hook_name_out for a
+transcoder. SAELens's hook names are HookedTransformer's, which interp's compatibility-mode
+bridge shares, so they load as they are.
+
+SAELens cannot be installed beside interp (SAELens 6.x requires transformer-lens < 4), so this
+module reads and writes the files itself. What it reads it folds into the plain form
+`Dictionary` holds: an SAE that subtracts b_dec from its input (apply_b_dec_to_input) gets
+b_enc - b_dec @ W_enc instead. Input normalisation other than "none", TopK and gated
+architectures are refused: `Dictionary` has no equivalent.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from interp.errors import InterpError
+from interp.features.dictionary import Dictionary
+from interp.sites import layer_of
+from interp.storage import atomic_dir, write_tensors_atomic
+
+__all__ = ["ARCHITECTURES", "load_saelens", "save_saelens"]
+
+CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
+ARCHITECTURES = ("standard", "jumprelu", "transcoder", "jumprelu_transcoder")
+
+
+def _hook(cfg: dict, key: str) -> str | None:
+    for where in (cfg, cfg.get("metadata") or {}, cfg.get("meta") or {}):
+        if where.get(key):
+            return where[key]
+    return None
+
+
+def load_saelens(folder: str | Path, *, model: str = "") -> Dictionary:
+    """The dictionary in SAELens folder `folder` (cfg.json + sae_weights.safetensors)."""
+    folder = Path(folder)
+    if not (folder / CFG).exists() or not (folder / WEIGHTS).exists():
+        raise InterpError(f"{folder} is not a SAELens dictionary: it needs {CFG} and {WEIGHTS}")
+    cfg = json.loads((folder / CFG).read_text(encoding="utf-8"))
+    arch = cfg.get("architecture", "standard")
+    if arch not in ARCHITECTURES:
+        raise InterpError(f"SAELens architecture {arch!r} has no Dictionary equivalent; loadable: {ARCHITECTURES}")
+    norm = cfg.get("normalize_activations", "none") or "none"
+    if norm != "none":
+        raise InterpError(f"{folder}: normalize_activations={norm!r} rescales inputs at run time; only 'none' loads "
+                          "(fold the scaling factor into the weights first)")
+    w = load_file(str(folder / WEIGHTS))
+    missing = [k for k in ("W_enc", "b_enc", "W_dec", "b_dec") if k not in w]
+    if missing or (arch.startswith("jumprelu") and "threshold" not in w):
+        raise InterpError(f"{folder / WEIGHTS} lacks {missing or ['threshold']}; it has {sorted(w)}")
+    site_in = _hook(cfg, "hook_name")
+    if site_in is None:
+        raise InterpError(f"{folder / CFG} names no hook_name (top level, or under 'metadata')")
+    transcoder = arch.endswith("transcoder")
+    site_out = _hook(cfg, "hook_name_out") if transcoder else site_in
+    if site_out is None:
+        raise InterpError(f"{folder / CFG} is a transcoder but names no hook_name_out")
+    W_enc, b_enc = w["W_enc"].float(), w["b_enc"].float()
+    b_dec = w["b_dec"].float()
+    if not transcoder and cfg.get("apply_b_dec_to_input", True):
+        b_enc = b_enc - b_dec @ W_enc  # (x - b_dec) W_enc + b_enc == x W_enc + (b_enc - b_dec W_enc)
+    meta_model = model or _hook(cfg, "model_name") or ""
+    return Dictionary(W_enc=W_enc, b_enc=b_enc, W_dec=w["W_dec"].float(), b_dec=b_dec, site_in=site_in,
+                      site_out=site_out, threshold=w["threshold"].float() if "threshold" in w else None,
+                      model=meta_model, meta={"loaded_from": "saelens", "architecture": arch})
+
+
+def save_saelens(d: Dictionary, folder: str | Path) -> Path:
+    """Write `d` as a SAELens folder (written beside `folder` and renamed into place)."""
+    transcoder = d.kind == "transcoder"
+    arch = ("jumprelu_" if d.threshold is not None else "") + "transcoder" if transcoder else \
+        ("jumprelu" if d.threshold is not None else "standard")
+    meta = {"model_name": d.model or None, "hook_name": d.site_in, "hook_layer": layer_of(d.site_in),
+            "hook_head_index": None, "prepend_bos": True}
+    cfg = {"architecture": arch, "d_in": d.W_enc.shape[0], "d_sae": d.n_features, "dtype": "float32",
+           "device": "cpu", "apply_b_dec_to_input": False, "normalize_activations": "none",
+           "reshape_activations": "none", "metadata": meta, "hook_name": d.site_in, "model_name": d.model or None}
+    if transcoder:
+        cfg.update({"d_out": d.W_dec.shape[1], "hook_name_out": d.site_out, "hook_layer_out": layer_of(d.site_out),
+                    "hook_head_index_out": None})
+    tensors = {"W_enc": d.W_enc, "b_enc": d.b_enc, "W_dec": d.W_dec, "b_dec": d.b_dec}
+    if d.threshold is not None:
+        tensors["threshold"] = d.threshold
+    with atomic_dir(folder) as tmp:
+        write_tensors_atomic(tmp / WEIGHTS, {k: v.detach().float().contiguous() for k, v in tensors.items()}, {})
+        (tmp / CFG).write_text(json.dumps(cfg, indent=2), encoding="utf-8")
+    return Path(folder)

@@ -1,0 +1,198 @@
+"""Features as sites: read a dictionary's feature activations and intervene on chosen features
+through the one runner (`interp.run`), with the error term kept.
+
+    feature_acts(model, tokens, d)        [batch, pos, n_features], read through run.cache
+    FeatureEdit(d, features, mode, ...)   an intervention at d.site_out (the protocol of
+                                          interp.interventions): ablate, patch or steer features
+    feature_edit(model, tokens, d, ...)   a FeatureEdit ready for `tokens` (for a transcoder it
+                                          records the MLP's input first; see below)
+    top_examples(model, tokens, d, ...)   the top-activating contexts of each feature (TopExamples;
+                                          interp.plot draws it as a browser dashboard)
+
+A FeatureEdit replaces the activation a at site_out by decode(f') + (a - decode(f)): the edited
+features f' rebuilt, plus the dictionary's error on this input, so an edit that changes no
+feature changes nothing. It is computed as a + (f' - f) W_dec over the chosen features (the same
+number, without the rounding of rebuilding a whole activation). f is read from a itself for an
+SAE; a transcoder's features are a function of the MLP's *input* (site_in), which the runner's
+hook at site_out does not see, so the edit carries that input (`inputs`, recorded from the same
+tokens under the same upstream interventions by `feature_edit`). The edit's own layer never
+changes its own input, so this is exact for edits at one layer; edits at several layers at once
+each need `inputs` recorded under the earlier ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+from interp.errors import InterpError
+from interp.features.dictionary import Dictionary
+from interp.run import Variant, cache
+from interp.storage import result
+
+__all__ = ["EDITS", "FeatureEdit", "TopExamples", "feature_acts", "feature_edit", "top_examples"]
+
+EDITS = ("ablate", "patch", "steer")
+
+
+def feature_acts(model, tokens: Tensor, dictionary: Dictionary, interventions: Variant = ()) -> Tensor:
+    """Feature activations [batch, pos, n_features] of `tokens` under `interventions`."""
+    _, acts = cache(model, tokens.to(model.cfg.device), [dictionary.site_in], interventions)
+    return dictionary.encode(acts[dictionary.site_in].float())
+
+
+@dataclass(frozen=True)
+class FeatureEdit:
+    """Edit features `features` of `dictionary` at its site_out, at `positions` (absolute; negative
+    counts from the end; None: all).
+
+    mode "ablate": the features become 0. "steer": `value` is added to each feature's activation
+    (a multiple of its decoder direction is added). "patch": the features become `value`, a
+    number or a tensor [batch, pos, len(features)] (e.g. `feature_acts` of another input, sliced).
+    `inputs` [batch, pos, d_in]: a transcoder's site_in activations of this input (needed to
+    ablate or patch; `feature_edit` records them)."""
+
+    dictionary: Dictionary
+    features: Sequence[int] | int  # held as a tuple
+    mode: str = "ablate"
+    value: Any = 0.0
+    positions: Sequence[int] | int | None = None  # held as a tuple
+    inputs: Tensor | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        feats = (self.features,) if isinstance(self.features, int) else tuple(int(f) for f in self.features)
+        object.__setattr__(self, "features", feats)
+        n = self.dictionary.n_features
+        bad = [f for f in feats if not 0 <= f < n]
+        if not feats or bad:
+            raise InterpError(f"features {list(feats)} must be a non-empty list of indices in 0..{n - 1}")
+        if self.mode not in EDITS:
+            raise InterpError(f"mode={self.mode!r} is not one of {EDITS}")
+        if isinstance(self.value, Tensor) and self.value.ndim and self.value.shape[-1] != len(feats):
+            raise InterpError(f"value has shape {tuple(self.value.shape)}; want [batch, pos, {len(feats)}] (one per feature)")
+        if self.positions is not None:
+            object.__setattr__(self, "positions", tuple(int(p) for p in (
+                [self.positions] if isinstance(self.positions, int) else self.positions)))
+        if self.dictionary.kind == "transcoder" and self.mode != "steer" and self.inputs is None:
+            raise InterpError(f"{self.mode} on a transcoder's features needs `inputs`, its {self.dictionary.site_in} "
+                              "activations of this input; build the edit with interp.features.feature_edit(model, tokens, ...)")
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.dictionary.site_out,)
+
+    @property
+    def first_pos(self) -> int:
+        if self.positions is None or any(p < 0 for p in self.positions):
+            return 0
+        return min(self.positions)
+
+    def _current(self, act: Tensor, start: int, idx: Tensor) -> Tensor:
+        """The chosen features' activations at act's positions, [batch, pos, k]."""
+        d = self.dictionary
+        x = act if d.kind == "sae" else self.inputs.narrow(1, start, self.inputs.shape[1] - start)
+        if x.shape[:2] != act.shape[:2]:
+            raise InterpError(f"inputs {tuple(self.inputs.shape)} do not match the activation at {d.site_out} "
+                              f"{tuple(act.shape)} (from position {start}); record them from the same tokens")
+        h = x.to(d.W_enc) @ d.W_enc[:, idx] + d.b_enc[idx]
+        return torch.relu(h) if d.threshold is None else h * (h > d.threshold[idx])
+
+    def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
+        d = self.dictionary
+        idx = torch.tensor(self.features, device=d.W_enc.device)
+        n_pos = act.shape[1]
+        if self.mode == "steer":
+            delta = torch.as_tensor(self.value, dtype=d.W_dec.dtype).expand(*act.shape[:2], len(self.features))
+        else:
+            f = self._current(act, start, idx)
+            if self.mode == "ablate":
+                delta = -f
+            else:
+                target = torch.as_tensor(self.value, dtype=f.dtype)
+                if target.ndim == 3:
+                    target = target.narrow(1, start, target.shape[1] - start)
+                delta = target.to(f.device) - f
+        if self.positions is not None:
+            absolute = torch.arange(start, start + n_pos)
+            total = start + n_pos
+            chosen = torch.tensor([p if p >= 0 else total + p for p in self.positions])
+            on = torch.isin(absolute, chosen).to(delta)
+            delta = delta * on[None, :, None]
+        return act + (delta.to(d.W_dec) @ d.W_dec[idx]).to(act.dtype)
+
+
+def feature_edit(model, tokens: Tensor, dictionary: Dictionary, features, mode: str = "ablate", value: Any = 0.0,
+                 positions=None, interventions: Variant = ()) -> FeatureEdit:
+    """A FeatureEdit for `tokens`: for a transcoder (ablate, patch) its site_in activations are
+    recorded first, under `interventions` (the other edits this run applies upstream)."""
+    inputs = None
+    if dictionary.kind == "transcoder" and mode != "steer":
+        _, acts = cache(model, tokens.to(model.cfg.device), [dictionary.site_in], interventions)
+        inputs = acts[dictionary.site_in]
+    return FeatureEdit(dictionary, features, mode, value, positions, inputs)
+
+
+@result
+@dataclass(frozen=True)
+class TopExamples:
+    """The top-activating contexts of chosen features: for feature features[i], example j sits at
+    (rows[i, j], positions[i, j]) with activation values[i, j]; its context's tokens are
+    contexts[i][j] (strings, the activating token at index `center`) with each token's activation
+    of that feature in context_acts[i, j]."""
+
+    features: Tensor  # [F]
+    values: Tensor  # [F, k]
+    rows: Tensor  # [F, k]
+    positions: Tensor  # [F, k]
+    contexts: list  # F lists of k lists of token strings, each of `window` tokens ("" past the ends)
+    context_acts: Tensor  # [F, k, window]
+    center: int
+    dictionary: str = ""
+    model: str = ""
+    meta: dict = field(default_factory=dict)
+
+
+def _token_strings(model, ids: Sequence[int]) -> list[str]:
+    tok = getattr(model, "tokenizer", None)
+    if tok is not None:
+        return [tok.decode([int(i)]) for i in ids]
+    return [str(int(i)) for i in ids]
+
+
+def top_examples(model, tokens: Tensor, dictionary: Dictionary, *, valid: Tensor | None = None,
+                 features: Sequence[int] | None = None, k: int = 8, before: int = 8, after: int = 3,
+                 rows_per_forward: int = 16, token_strings=None) -> TopExamples:
+    """The `k` top-activating positions of each feature (default: every feature that fires) over
+    `tokens` [rows, pos] (only where `valid`), with `before` / `after` tokens of context.
+    `token_strings(ids) -> list[str]`: how a token id is shown (default: the model's tokenizer)."""
+    if tokens.ndim != 2:
+        raise InterpError(f"tokens must be [rows, pos], got shape {tuple(tokens.shape)}")
+    valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid
+    acts = torch.cat([feature_acts(model, tokens[i : i + rows_per_forward], dictionary).cpu()
+                      for i in range(0, len(tokens), rows_per_forward)])  # [rows, pos, n]
+    acts = acts.masked_fill(~valid[..., None], 0.0)
+    if features is None:
+        features = torch.nonzero(acts.amax((0, 1)) > 0).flatten().tolist()
+    feats = torch.tensor(list(features), dtype=torch.long)
+    flat = acts[..., feats].flatten(0, 1).T  # [F, rows * pos]
+    kk = min(k, flat.shape[1])
+    top = flat.topk(kk, dim=1)
+    rows, pos = top.indices // tokens.shape[1], top.indices % tokens.shape[1]
+    show = token_strings or (lambda ids: _token_strings(model, ids))
+    window = before + 1 + after
+    contexts, cacts = [], torch.zeros(len(feats), kk, window)
+    for i, f in enumerate(feats.tolist()):
+        per = []
+        for j in range(kk):
+            r, p = int(rows[i, j]), int(pos[i, j])
+            lo, hi = max(0, p - before), min(tokens.shape[1], p + after + 1)
+            words = show(tokens[r, lo:hi].tolist())
+            pad_l = before - (p - lo)
+            per.append([""] * pad_l + words + [""] * (window - pad_l - len(words)))
+            cacts[i, j, pad_l : pad_l + hi - lo] = acts[r, lo:hi, f]
+        contexts.append(per)
+    return TopExamples(feats, top.values, rows, pos, contexts, cacts, before, repr(dictionary), dictionary.model,
+                       {"rows": int(tokens.shape[0]), "positions": int(valid.sum())})

@@ -1,0 +1,315 @@
+"""Training sparse dictionaries (SAEs and transcoders) on activations streamed from a model.
+
+Why not SAELens: SAELens 6.x requires transformer-lens < 4 (it cannot install beside interp, which
+runs on TransformerLens 4's bridge) and reads activations through HookedTransformer; its file
+format is still read and written here (`interp.features.saelens`).
+
+The smallest trainer that does the job, BatchTopK (Bussmann et al. 2024):
+
+    h = relu(x W_enc + b_enc)            per token, x scaled so that E|x|^2 = d_in
+    f = h where h is among the batch's top (k * tokens) values, else 0
+    y_hat = f W_dec + b_dec               y = x for an SAE, the MLP's output for a transcoder
+    loss = |y - y_hat|^2 / |y - mean y|^2 + aux / 32
+
+with unit-norm decoder rows (their gradient's parallel part removed before each Adam step), and
+the AuxK loss of Gao et al. 2024 (dead features, none firing for `dead_after` tokens, rebuild the
+residual error from their own top `aux_k`), which keeps features alive without resampling. k sets
+L0 directly, so there is no L1 coefficient to tune. At inference a BatchTopK dictionary is a
+JumpReLU with one threshold for every feature (the running mean of the smallest kept activation),
+which is what `Dictionary` holds; the input and output scales are folded into its weights, so it
+reads and rebuilds raw activations.
+
+Many dictionaries train at once from one model forward per step (all 30 layers of SmolLM2 read
+one pass); activations come through `interp.run.cache`. Each step is one forward's trainable
+tokens (`corpus.token_rows`: not BOS, not padding), rows drawn in a seeded order, epoch after
+epoch. A checkpoint (one safetensors file: weights, Adam state, counters; the recipe in its
+metadata) is written atomically every `checkpoint_every` steps, and `train` resumes from it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from safetensors import safe_open
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from interp.errors import InterpError
+from interp.features.dictionary import Dictionary
+from interp.run import cache
+from interp.sites import hook_name
+from interp.storage import write_tensors_atomic
+
+__all__ = ["Recipe", "fit", "from_checkpoint", "mlp_sites", "train"]
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one set of dictionaries trains. `tokens`: the budget in trainable tokens (each
+    dictionary sees all of them); `rows`: token rows per model forward (= per step)."""
+
+    n_features: int = 2048
+    k: int = 32
+    lr: float = 1e-3
+    tokens: int = 1_000_000
+    rows: int = 16
+    aux_k: int = 256
+    dead_after: int = 20_000
+    seed: int = 0
+    checkpoint_every: int = 50
+    threshold_momentum: float = 0.9
+
+    def __post_init__(self) -> None:
+        for name in ("n_features", "k", "tokens", "rows", "aux_k", "dead_after", "checkpoint_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InterpError(f"Recipe.{name}={v!r} must be an int >= 1")
+        if self.k > self.n_features:
+            raise InterpError(f"Recipe.k={self.k} must be at most n_features={self.n_features}")
+
+
+def mlp_sites(layer: int) -> tuple[str, str]:
+    """A transcoder's (site_in, site_out) at `layer`: the MLP's input after its norm, and the
+    block's MLP output (on Gemma-3 after the post-MLP norm, which the transcoder then includes)."""
+    return f"blocks.{layer}.ln2.hook_normalized", hook_name("mlp_out", layer)
+
+
+class _Trainee:
+    """One dictionary's parameters, optimizer and counters (in scaled units)."""
+
+    def __init__(self, d_in: int, d_out: int, recipe: Recipe, gen: torch.Generator, y_mean: Tensor,
+                 s_in: float, s_out: float):
+        n = recipe.n_features
+        w = torch.randn(n, d_out, generator=gen)
+        w = w / w.norm(dim=1, keepdim=True)
+        self.W_dec = w.clone().requires_grad_(True)
+        # encoder starts as the decoder's transpose (Gao et al.); scaled for a transcoder's other space
+        self.W_enc = (w.T.clone() if d_in == d_out else torch.randn(d_in, n, generator=gen) / d_in ** 0.5) \
+            .contiguous().requires_grad_(True)
+        self.b_enc = torch.zeros(n, requires_grad=True)
+        self.b_dec = (y_mean * s_out).clone().requires_grad_(True)
+        self.opt = torch.optim.Adam(self.params, lr=recipe.lr, betas=(0.9, 0.999))
+        self.since = torch.zeros(n, dtype=torch.long)  # tokens since each feature last fired
+        self.threshold = torch.zeros(())
+        self.s_in, self.s_out = s_in, s_out
+
+    @property
+    def params(self) -> list[Tensor]:
+        return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
+
+    def step(self, x: Tensor, y: Tensor, recipe: Recipe, first: bool) -> dict[str, float]:
+        x, y = x * self.s_in, y * self.s_out
+        h = torch.relu(x @ self.W_enc + self.b_enc)  # [T, n]
+        kept = h.flatten().topk(recipe.k * x.shape[0], sorted=False)
+        f = torch.zeros_like(h).flatten().scatter(0, kept.indices, kept.values).view_as(h)
+        y_hat = f @ self.W_dec + self.b_dec
+        var = (y - y.mean(0)).pow(2).sum(-1).mean()
+        err = y - y_hat
+        loss = err.pow(2).sum(-1).mean() / var
+        dead = self.since > recipe.dead_after
+        aux = torch.zeros(())
+        if dead.any():  # AuxK: dead features rebuild the residual error from their own top aux_k
+            hd = h[:, dead]
+            top = hd.topk(min(recipe.aux_k, hd.shape[1]), dim=1)
+            e_hat = torch.zeros_like(hd).scatter(1, top.indices, top.values) @ self.W_dec[dead]
+            e = err.detach()
+            aux = (e - e_hat).pow(2).sum(-1).mean() / (e - e.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
+        self.opt.zero_grad(set_to_none=True)
+        (loss + aux / 32).backward()
+        with torch.no_grad():
+            w, g = self.W_dec, self.W_dec.grad
+            g -= (g * w).sum(1, keepdim=True) * w  # move along the unit sphere only
+            self.opt.step()
+            w /= w.norm(dim=1, keepdim=True)
+            fired = (f > 0).any(0)
+            self.since += x.shape[0]
+            self.since[fired] = 0
+            smallest = kept.values[kept.values > 0].min() if (kept.values > 0).any() else torch.zeros(())
+            m = 0.0 if first else recipe.threshold_momentum
+            self.threshold = m * self.threshold + (1 - m) * smallest
+            l0 = float((f > 0).sum(1).float().mean())
+        return {"nmse": float(loss.detach()), "aux": float(aux.detach()), "l0": l0, "dead": float(dead.float().mean())}
+
+    def state(self, i: int) -> dict[str, Tensor]:
+        out = {f"{i}.{n}": t.detach() for n, t in zip(("W_enc", "b_enc", "W_dec", "b_dec"), self.params)}
+        for j, p in enumerate(self.params):
+            st = self.opt.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                if key in st:
+                    out[f"{i}.adam{j}.{key}"] = torch.as_tensor(st[key]).detach().clone()
+        out[f"{i}.since"] = self.since
+        out[f"{i}.threshold"] = self.threshold
+        out[f"{i}.scales"] = torch.tensor([self.s_in, self.s_out])
+        return out
+
+    def restore(self, i: int, t: dict[str, Tensor]) -> None:
+        with torch.no_grad():
+            for n, p in zip(("W_enc", "b_enc", "W_dec", "b_dec"), self.params):
+                p.copy_(t[f"{i}.{n}"])
+        for j, p in enumerate(self.params):
+            if f"{i}.adam{j}.exp_avg" in t:
+                self.opt.state[p] = {k: t[f"{i}.adam{j}.{k}"].clone() for k in ("exp_avg", "exp_avg_sq", "step")}
+        self.since = t[f"{i}.since"].clone()
+        self.threshold = t[f"{i}.threshold"].clone()
+        self.s_in, self.s_out = (float(v) for v in t[f"{i}.scales"])
+
+    def dictionary(self, site_in: str, site_out: str, model_name: str, meta: dict) -> Dictionary:
+        """The trained dictionary on raw activations: scales folded into the weights."""
+        with torch.no_grad():
+            return Dictionary(
+                W_enc=(self.W_enc * self.s_in).detach().clone(), b_enc=self.b_enc.detach().clone(),
+                W_dec=(self.W_dec / self.s_out).detach().clone(), b_dec=(self.b_dec / self.s_out).detach().clone(),
+                site_in=site_in, site_out=site_out, threshold=self.threshold.expand(self.W_enc.shape[1]).clone(),
+                model=model_name, meta=meta)
+
+
+def _pairs(pairs: Sequence[tuple[str, str] | str]) -> list[tuple[str, str]]:
+    out = []
+    for p in pairs:
+        site_in, site_out = (p, p) if isinstance(p, str) else p
+        out.append((hook_name(site_in), hook_name(site_out)))
+    if not out:
+        raise InterpError("train needs at least one site (an SAE) or (site_in, site_out) pair (a transcoder)")
+    return out
+
+
+def _batch(model, rows: Tensor, valid: Tensor, names: list[str]) -> dict[str, Tensor]:
+    """Activations at `names` of the trainable tokens of `rows`, [tokens, d] each."""
+    last = torch.full((rows.shape[0],), rows.shape[1] - 1)  # logits at one position: skips most of the unembedding
+    _, acts = cache(model, rows.to(model.cfg.device), names, answer_pos=last)
+    mask = valid.to(model.cfg.device)
+    return {n: acts[n][mask].float().cpu() for n in names}
+
+
+def _order(n_rows: int, seed: int, epoch: int) -> Tensor:
+    return torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed * 1_000_003 + epoch))
+
+
+def _rows_of_step(step: int, n_rows: int, recipe: Recipe) -> Tensor:
+    """Row indices of step `step`: consecutive slices of one seeded order per epoch."""
+    per_epoch = max(1, n_rows // recipe.rows)
+    epoch, i = divmod(step, per_epoch)
+    return _order(n_rows, recipe.seed, epoch)[i * recipe.rows : (i + 1) * recipe.rows]
+
+
+def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: Tensor, out: str | Path, *,
+          recipe: Recipe = Recipe(), model_name: str = "", source: dict | None = None,
+          progress: bool = True) -> dict[tuple[str, str], Dictionary]:
+    """Train one dictionary per entry of `pairs` (a site: an SAE; (site_in, site_out): a
+    transcoder) on `tokens` [rows, pos] (positions where `valid` is True), all from the same
+    forwards. Checkpoints to `out`/checkpoint.safetensors and resumes from it; the finished
+    dictionaries are saved as `out`/<i>.safetensors (interp's result format) and returned."""
+    pairs = _pairs(pairs)
+    if tokens.shape != valid.shape or tokens.ndim != 2:
+        raise InterpError(f"tokens {tuple(tokens.shape)} and valid {tuple(valid.shape)} must be the same [rows, pos]")
+    out = Path(out)
+    names = list(dict.fromkeys(n for p in pairs for n in p))
+    ckpt = out / "checkpoint.safetensors"
+    # what must match to resume: everything but the token budget (a finished run can be extended)
+    identity = json.dumps({"recipe": {**asdict(recipe), "tokens": None}, "pairs": pairs, "model": model_name, "rows": list(tokens.shape),
+                           "source": source or {}}, sort_keys=True)
+    gen = torch.Generator().manual_seed(recipe.seed)
+    step, seen, seconds, forward_s = 0, 0, 0.0, 0.0
+    t0 = time.perf_counter()
+    idx = _rows_of_step(0, len(tokens), recipe)
+    first = _batch(model, tokens[idx], valid[idx], names)  # sets the scales; also step 0's batch
+    first_s = time.perf_counter() - t0
+    trainees = []
+    for site_in, site_out in pairs:
+        x, y = first[site_in], first[site_out]
+        s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
+        s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
+        trainees.append(_Trainee(x.shape[1], y.shape[1], recipe, gen, y.mean(0), s_in, s_out))
+    if ckpt.exists():
+        with safe_open(str(ckpt), "pt") as fh:
+            meta = fh.metadata()
+            if meta.get("identity") != identity:
+                raise InterpError(f"{ckpt} was written by another run (recipe, sites, model or data differ); "
+                                  "use another output folder or delete it")
+            saved = {k: fh.get_tensor(k) for k in fh.keys()}
+        for i, t in enumerate(trainees):
+            t.restore(i, saved)
+        step, seen = int(meta["step"]), int(meta["tokens"])
+        seconds, forward_s = float(meta["seconds"]), float(meta["forward_seconds"])
+    history: list[dict] = []
+    bar = tqdm(total=recipe.tokens, initial=min(seen, recipe.tokens), desc="dictionary tokens", unit="tok",
+               disable=not progress)
+    while seen < recipe.tokens:
+        t0 = time.perf_counter()
+        idx = _rows_of_step(step, len(tokens), recipe)
+        acts = first if step == 0 else _batch(model, tokens[idx], valid[idx], names)
+        t1 = time.perf_counter()
+        stats = [t.step(acts[a], acts[b], recipe, first=step == 0) for t, (a, b) in zip(trainees, pairs)]
+        n_tok = next(iter(acts.values())).shape[0]
+        step, seen = step + 1, seen + n_tok
+        seconds += time.perf_counter() - t0
+        forward_s += first_s if step == 1 else t1 - t0
+        seconds += first_s if step == 1 else 0.0
+        bar.update(n_tok)
+        bar.set_postfix(nmse=f"{sum(s['nmse'] for s in stats) / len(stats):.3f}",
+                        l0=f"{sum(s['l0'] for s in stats) / len(stats):.0f}")
+        if step % recipe.checkpoint_every == 0 or seen >= recipe.tokens:
+            history.append({"step": step, "tokens": seen, "stats": stats})
+            tensors = {k: v for i, t in enumerate(trainees) for k, v in t.state(i).items()}
+            write_tensors_atomic(ckpt, {k: v.contiguous() for k, v in tensors.items()}, {
+                "identity": identity, "step": str(step), "tokens": str(seen), "seconds": str(seconds),
+                "forward_seconds": str(forward_s)})
+    bar.close()
+    result = {}
+    for i, (t, pair) in enumerate(zip(trainees, pairs)):
+        meta = {"trainer": "interp BatchTopK", "recipe": asdict(recipe), "tokens": seen, "steps": step,
+                "seconds": round(seconds, 1), "forward_seconds": round(forward_s, 1), "source": source or {}}
+        d = t.dictionary(*pair, model_name, meta)
+        d.save(out / f"{i}.safetensors")
+        result[pair] = d
+    return result
+
+
+def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Recipe(), batch: int = 1024,
+        site_out: str | None = None, model_name: str = "") -> Dictionary:
+    """One dictionary trained on activations in memory: `x` [tokens, d_in] (and `y` [tokens,
+    d_out] for a transcoder; an SAE rebuilds x), `recipe.tokens` tokens in shuffled batches of
+    `batch`. For activations a user already has (and planted tests); no checkpoints."""
+    y = x if y is None else y
+    if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
+        raise InterpError(f"fit needs x [tokens, d_in] and y [tokens, d_out] of equal length; got {tuple(x.shape)}, {tuple(y.shape)}")
+    gen = torch.Generator().manual_seed(recipe.seed)
+    s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
+    s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
+    t = _Trainee(x.shape[1], y.shape[1], recipe, gen, y.mean(0), s_in, s_out)
+    seen, step = 0, 0
+    while seen < recipe.tokens:
+        idx = torch.randint(len(x), (batch,), generator=gen)
+        t.step(x[idx].float(), y[idx].float(), recipe, first=step == 0)
+        seen, step = seen + batch, step + 1
+    meta = {"trainer": "interp BatchTopK", "recipe": asdict(recipe), "tokens": seen, "steps": step}
+    return t.dictionary(site_in, site_out or site_in, model_name, meta)
+
+
+def from_checkpoint(out: str | Path) -> dict[tuple[str, str], Dictionary]:
+    """The dictionaries of a run's latest checkpoint in `out` (a run stopped before its budget
+    still gives usable dictionaries; their meta says how many tokens they saw)."""
+    ckpt = Path(out) / "checkpoint.safetensors"
+    if not ckpt.exists():
+        raise InterpError(f"no checkpoint at {ckpt}; train(..., out={str(out)!r}) writes one")
+    with safe_open(str(ckpt), "pt") as fh:
+        meta = fh.metadata()
+        saved = {k: fh.get_tensor(k) for k in fh.keys()}
+    ident = json.loads(meta["identity"])
+    recipe = Recipe(**{**ident["recipe"], "tokens": int(meta["tokens"])})
+    result = {}
+    for i, (site_in, site_out) in enumerate(ident["pairs"]):
+        t = _Trainee.__new__(_Trainee)
+        t.W_enc, t.b_enc, t.W_dec, t.b_dec = (saved[f"{i}.{n}"] for n in ("W_enc", "b_enc", "W_dec", "b_dec"))
+        t.threshold = saved[f"{i}.threshold"]
+        t.s_in, t.s_out = (float(v) for v in saved[f"{i}.scales"])
+        meta_i = {"trainer": "interp BatchTopK", "recipe": asdict(recipe), "tokens": int(meta["tokens"]),
+                  "steps": int(meta["step"]), "seconds": round(float(meta["seconds"]), 1),
+                  "forward_seconds": round(float(meta["forward_seconds"]), 1), "source": ident["source"]}
+        result[(site_in, site_out)] = t.dictionary(site_in, site_out, ident["model"], meta_i)
+    return result

@@ -1,0 +1,140 @@
+"""Dictionaries: training recovers planted features, trains on a zoo model at the quick budget,
+resumes to the same weights, saves in interp's format and in SAELens's, scores what users check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import interp
+from interp.errors import InterpError
+from interp.features import Dictionary, load_saelens, save_saelens
+from interp.features.corpus import token_rows
+from interp.features.quality import scores
+from interp.features.train import Recipe, fit, from_checkpoint, mlp_sites, train
+
+
+def _planted(seed=0, d=32, n_true=48, n=20000):
+    g = torch.Generator().manual_seed(seed)
+    dirs = torch.randn(n_true, d, generator=g)
+    dirs /= dirs.norm(dim=1, keepdim=True)
+    active = torch.rand(n, n_true, generator=g) < 3 / n_true
+    return (active * (1 + torch.rand(n, n_true, generator=g))) @ dirs, dirs
+
+
+def _best_cos(dirs, W_dec):
+    w = W_dec / W_dec.norm(dim=1, keepdim=True)
+    return (dirs @ w.T).max(1).values
+
+
+def test_sae_recovers_planted_directions():
+    x, dirs = _planted()
+    recipe = Recipe(n_features=96, k=3, tokens=60_000, dead_after=5000, lr=3e-3)
+    d = fit(x, site_in="blocks.0.hook_resid_post", recipe=recipe, batch=512)
+    untrained = fit(x, site_in="blocks.0.hook_resid_post", recipe=Recipe(n_features=96, k=3, tokens=1), batch=1)
+    found = _best_cos(dirs, d.W_dec)
+    assert (found > 0.9).float().mean() > 0.95, found  # nearly every planted direction has a feature
+    assert (_best_cos(dirs, untrained.W_dec) > 0.9).float().mean() < 0.1  # control: random decoders do not
+    fve = 1 - (x - d(x)).pow(2).sum() / (x - x.mean(0)).pow(2).sum()
+    assert fve > 0.85
+    assert 2 <= (d.encode(x) > 0).sum(1).float().mean() <= 4.5  # L0 near k at inference (JumpReLU threshold)
+
+
+def test_fit_checks_shapes():
+    with pytest.raises(InterpError, match="equal length"):
+        fit(torch.zeros(5, 3), torch.zeros(4, 3), site_in="blocks.0.hook_resid_post")
+    with pytest.raises(InterpError, match="k=9"):
+        Recipe(n_features=4, k=9)
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    return interp.load("zoo:lm-gpt2")
+
+
+QUICK = Recipe(n_features=256, k=8, lr=3e-3, tokens=12_000, rows=16, dead_after=4000, checkpoint_every=50)
+
+
+def test_zoo_transcoder_quick_budget(zoo, tmp_path):
+    rows, valid = token_rows(zoo, "zoo", max_rows=2000, seed=1)
+    pair = mlp_sites(0)
+    d = train(zoo, [pair], rows, valid, tmp_path, recipe=QUICK, model_name="zoo:lm-gpt2", progress=False)[pair]
+    assert d.kind == "transcoder" and d.site_in == "blocks.0.ln2.hook_normalized"
+    held, held_valid = token_rows(zoo, "zoo", max_rows=64, seed=99)
+    s, = scores(zoo, [d], held, held_valid)
+    assert s["fve"] > 0.5, s  # layer 0's MLP, 12k tokens
+    assert s["ce_spliced"] < s["ce_zero"] and s["ce_recovered"] > 0.5, s  # the splice beats ablating the MLP
+    assert s["l0"] < 3 * QUICK.k and 0 <= s["dead"] < 1
+    assert Dictionary.load(tmp_path / "0.safetensors").W_enc.equal(d.W_enc)  # saved in interp's format
+
+
+def test_training_resumes_to_the_same_weights(zoo, tmp_path):
+    rows, valid = token_rows(zoo, "zoo", max_rows=600, seed=1)
+    site = "blocks.1.hook_resid_post"
+    small = Recipe(n_features=64, k=4, tokens=2000, rows=32, checkpoint_every=2)
+    whole = train(zoo, [site], rows, valid, tmp_path / "a", recipe=small, progress=False)[(site, site)]
+    half = Recipe(**{**small.__dict__, "tokens": 1000})
+    train(zoo, [site], rows, valid, tmp_path / "b", recipe=half, progress=False)
+    resumed = train(zoo, [site], rows, valid, tmp_path / "b", recipe=small, progress=False)[(site, site)]
+    assert resumed.meta["steps"] == whole.meta["steps"]
+    torch.testing.assert_close(resumed.W_dec, whole.W_dec)
+    torch.testing.assert_close(resumed.threshold, whole.threshold)
+    torch.testing.assert_close(from_checkpoint(tmp_path / "b")[(site, site)].W_enc, whole.W_enc)
+    with pytest.raises(InterpError, match="another run"):
+        train(zoo, [site], rows, valid, tmp_path / "b", recipe=Recipe(**{**small.__dict__, "k": 5}), progress=False)
+
+
+def _random_dictionary(site_in, site_out, d_in=8, d_out=8, n=16, threshold=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return Dictionary(torch.randn(d_in, n, generator=g), torch.randn(n, generator=g), torch.randn(n, d_out, generator=g),
+                      torch.randn(d_out, generator=g), site_in, site_out,
+                      torch.rand(n, generator=g) if threshold else None, model="m")
+
+
+@pytest.mark.parametrize("pair,threshold", [
+    (("blocks.1.hook_resid_post", "blocks.1.hook_resid_post"), False),
+    (("blocks.1.hook_resid_post", "blocks.1.hook_resid_post"), True),
+    (("blocks.2.ln2.hook_normalized", "blocks.2.hook_mlp_out"), False),
+    (("blocks.2.ln2.hook_normalized", "blocks.2.hook_mlp_out"), True),
+])
+def test_saelens_round_trip(tmp_path, pair, threshold):
+    d = _random_dictionary(*pair, threshold=threshold)
+    save_saelens(d, tmp_path / "sae")
+    cfg = json.loads((tmp_path / "sae" / "cfg.json").read_text())
+    arch = {("sae", False): "standard", ("sae", True): "jumprelu", ("transcoder", False): "transcoder",
+            ("transcoder", True): "jumprelu_transcoder"}[d.kind, threshold]
+    assert cfg["architecture"] == arch and cfg["metadata"]["hook_name"] == pair[0] and cfg["d_sae"] == 16
+    back = load_saelens(tmp_path / "sae")
+    assert (back.site_in, back.site_out, back.model) == pair + ("m",)
+    x = torch.randn(5, 8)
+    torch.testing.assert_close(back(x), d(x))
+    torch.testing.assert_close(back.W_dec, d.W_dec)
+
+
+def test_loads_a_file_in_saelens_layout(tmp_path):
+    """A folder as SAELens 6 writes a standard SAE: hook under "metadata", and the encoder reads
+    x - b_dec (apply_b_dec_to_input), which loading folds into b_enc."""
+    g = torch.Generator().manual_seed(1)
+    w = {"W_enc": torch.randn(8, 12, generator=g), "b_enc": torch.randn(12, generator=g),
+         "W_dec": torch.randn(12, 8, generator=g), "b_dec": torch.randn(8, generator=g)}
+    (tmp_path / "s").mkdir()
+    save_file(w, str(tmp_path / "s" / "sae_weights.safetensors"))
+    cfg = {"architecture": "standard", "d_in": 8, "d_sae": 12, "dtype": "float32", "device": "cpu",
+           "apply_b_dec_to_input": True, "normalize_activations": "none",
+           "metadata": {"model_name": "gpt2", "hook_name": "blocks.3.hook_resid_pre", "hook_layer": 3}}
+    (tmp_path / "s" / "cfg.json").write_text(json.dumps(cfg))
+    d = load_saelens(tmp_path / "s")
+    x = torch.randn(4, 8, generator=g)
+    f = torch.relu((x - w["b_dec"]) @ w["W_enc"] + w["b_enc"])  # SAELens's standard encode
+    torch.testing.assert_close(d.encode(x), f)
+    torch.testing.assert_close(d(x), f @ w["W_dec"] + w["b_dec"])
+    assert d.site_in == "blocks.3.hook_resid_pre" and d.kind == "sae" and d.model == "gpt2"
+    cfg["architecture"] = "topk"
+    (tmp_path / "s" / "cfg.json").write_text(json.dumps(cfg))
+    with pytest.raises(InterpError, match="topk"):
+        load_saelens(tmp_path / "s")
+    with pytest.raises(InterpError, match="cfg.json"):
+        load_saelens(tmp_path)
