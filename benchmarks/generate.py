@@ -108,6 +108,17 @@ def loads() -> dict:
     return out
 
 
+def options(*extra: tuple[str, dict]) -> argparse.Namespace:
+    """The command line of a benchmark of issue 27: --repeats (best of N) and --out (the JSON file),
+    then each (flag, add_argument keywords) in `extra`."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="")
+    for flag, kw in extra:
+        parser.add_argument(flag, **kw)
+    return parser.parse_args()
+
+
 def header() -> dict:
     """The run's circumstances; the machine is shared, so its load average is part of every result."""
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -125,13 +136,8 @@ def finish(res: dict, out: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=32)
-    parser.add_argument("--out", default="")
-    parser.add_argument("--child", default="")
-    parser.add_argument("--skip-loads", action="store_true")
-    args = parser.parse_args()
+    args = options(("--tokens", dict(type=int, default=32)), ("--child", dict(default="")),
+                   ("--skip-loads", dict(action="store_true")))
     if args.child:
         return _child(args.child)
     res = header()

@@ -16,7 +16,6 @@ every K-th cell right after interp's sweep and scaled by the cell count; agreeme
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -28,7 +27,7 @@ from interp import patching
 
 sys.path.insert(0, os.path.dirname(__file__))
 from real import MODEL, ioi_with_text, limit_costs, make_metric, make_task, sample, sequential_metric, tl_cells  # noqa: E402
-from generate import finish, header  # noqa: E402
+from generate import finish, header, options  # noqa: E402
 from timing import best_of  # noqa: E402
 
 
@@ -104,14 +103,8 @@ def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--resid-repeats", type=int, default=1)
-    parser.add_argument("--resid-every", type=int, default=10)
-    parser.add_argument("--no-tl", action="store_true")
-    parser.add_argument("--only", default="attr,resid")
-    parser.add_argument("--out", default="")
-    args = parser.parse_args()
+    args = options(("--resid-repeats", dict(type=int, default=1)), ("--resid-every", dict(type=int, default=10)),
+                   ("--no-tl", dict(action="store_true")), ("--only", dict(default="attr,resid")))
     res = header()
     model = interp.load(MODEL)
     clean, corrupt, io, s, text = ioi_with_text(model, 8)

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random-weight models of every family, built once per session."""
+"""Shared fixtures: tiny random-weight models of every family, built once per session; a study's
+quick-budget run, once per test module (the module names its study module as STUDY)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,15 @@ def real_cache(tmp_path_factory):
 def smollm2(real_cache):
     """SmolLM2-135M-Instruct (LLaMA family), the real model `make test` installs."""
     return interp.load("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def units(request, tmp_path_factory):
+    """A fresh folder for the stored units of the test module's study."""
+    return tmp_path_factory.mktemp(f"{request.module.__name__.rpartition('.')[2]}-units")
+
+
+@pytest.fixture(scope="module")
+def quick(request, units):
+    """The quick-budget run of the test module's `STUDY` (a study module), stored under `units`."""
+    return request.module.STUDY.repro(progress=False, budget="quick", units=units)

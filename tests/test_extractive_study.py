@@ -12,14 +12,7 @@ from interp.studies.units import comparable
 from interp.studies.verdicts import NOT_RUN, REPRODUCED, rejudge
 
 
-@pytest.fixture(scope="module")
-def units(tmp_path_factory):
-    return tmp_path_factory.mktemp("extractive-units")
-
-
-@pytest.fixture(scope="module")
-def quick(units):
-    return extractive.repro(progress=False, budget="quick", units=units)
+STUDY = extractive  # the `units` and `quick` fixtures (conftest) run it
 
 
 def test_quick_budget_has_every_part_with_budget_and_provenance(quick):

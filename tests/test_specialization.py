@@ -22,14 +22,12 @@ from interp.studies.verdicts import WORDS, rejudge
 SPEC = "zoo:multidomain"
 
 
-@pytest.fixture(scope="module")
-def units(tmp_path_factory):
-    return tmp_path_factory.mktemp("specialization_units")
+STUDY = study  # the `units` and `quick` fixtures (conftest) run it
 
 
 @pytest.fixture(scope="module")
-def result(units):
-    return study.repro(progress=False, budget="quick", units=units)
+def result(quick):
+    return quick
 
 
 def test_probes_run_to_their_target_with_no_check_cap(result):

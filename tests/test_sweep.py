@@ -55,6 +55,19 @@ positions = "named"
 """
 
 
+# a job that raises on every try (a receiver in a layer the model lacks)
+BROKEN = """
+[[experiment]]
+name = "broken"
+kind = "path"
+model = "{model}"
+task = "ioi"
+split = "test"
+n = 2
+receivers = [[9, 0, "q"]]
+"""
+
+
 @pytest.fixture
 def config(tmp_path, english_dirs):
     path = tmp_path / "sweep.toml"
@@ -196,15 +209,7 @@ split = "test"
 n = 4
 ablation = "zero"
 
-[[experiment]]
-name = "broken"
-kind = "path"
-model = "{english_dirs['gpt2']}"
-task = "ioi"
-split = "test"
-n = 2
-receivers = [[9, 0, "q"]]
-""")
+""" + BROKEN.format(model=english_dirs["gpt2"]))
     with pytest.raises(SweepError, match="layer 9 is out of range"):
         run(path, tmp_path / "out", progress=False)
     summary = json.loads((tmp_path / "out" / "results.json").read_text())

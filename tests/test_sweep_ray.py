@@ -13,7 +13,7 @@ from interp.sweep import SweepError, run
 
 ray = pytest.importorskip("ray")
 
-from test_sweep import CONFIG, _grids, _without_seconds  # noqa: E402
+from test_sweep import BROKEN, CONFIG, _grids, _without_seconds  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -70,16 +70,7 @@ def test_sigkill_of_a_worker_half_way_reruns_its_job(cluster, reference, tmp_pat
 
 def test_a_job_failing_every_try_is_reported_and_the_others_finish(cluster, tmp_path, english_dirs):
     path = tmp_path / "bad.toml"
-    path.write_text(f"""
-[[experiment]]
-name = "broken"
-kind = "path"
-model = "{english_dirs['gpt2']}"
-task = "ioi"
-split = "test"
-n = 2
-receivers = [[9, 0, "q"]]
-
+    path.write_text(BROKEN.format(model=english_dirs["gpt2"]) + f"""
 [[experiment]]
 name = "fine"
 kind = "attribution"

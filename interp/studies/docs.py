@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 from interp.errors import InterpError
 from interp.storage import fill_between
+from interp.studies.verdicts import dicts_in
 
 __all__ = ["Checker", "Render", "check", "get", "headline_verdicts", "keys_of", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
            "ALLOWED_BLOCKS"]
@@ -294,17 +295,12 @@ def keys_of(markdown: str) -> Iterable[str]:
 def headline_verdicts(data: Any, path: str = "") -> list[tuple[str, str, str]]:
     """(path, label, word) of the outermost verdict dicts of a study JSON (a dict with a "word" that
     no other such dict contains): a claim's word, not the per-seed or per-domain words under it."""
-    out: list[tuple[str, str, str]] = []
-    if isinstance(data, dict):
-        if isinstance(data.get("word"), str):
-            label = data.get("label") or data.get("claim_text") or path.rsplit("/", 1)[-1]
-            return [(path, str(label), data["word"])]
-        for k, v in data.items():
-            out += headline_verdicts(v, f"{path}/{k}")
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            out += headline_verdicts(v, f"{path}/{i}")
-    return out
+
+    def has_word(d: dict) -> bool:
+        return isinstance(d.get("word"), str)
+
+    return [(where, str(d.get("label") or d.get("claim_text") or where.rsplit("/", 1)[-1]), d["word"])
+            for where, d in dicts_in(data, path, walk_into=lambda d: not has_word(d)) if has_word(d)]
 
 
 def readme_table(docs_dir: str | Path) -> str:

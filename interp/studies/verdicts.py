@@ -24,12 +24,12 @@ dict in a result and recomputes its word, so tests/test_docs.py fails when a wor
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from interp.errors import InterpError
 
 __all__ = ["WORDS", "NOT_RUN", "FORCED", "CONTROL", "NOT_REPRODUCED", "PARTLY", "REPRODUCED",
-           "verdict", "judge", "rejudge", "against_all", "combine"]
+           "verdict", "judge", "rejudge", "dicts_in", "against_all", "combine"]
 
 NOT_RUN, FORCED, CONTROL = "not run", "forced", "not distinguishable from control"
 NOT_REPRODUCED, PARTLY, REPRODUCED = "not reproduced", "partly", "reproduced"
@@ -121,21 +121,32 @@ def combine(words: Iterable[str]) -> str:
 _RULE_KEYS = ("effect_ci", "control_ci", "diff_ci", "tol", "paper", "paper_control", "min_share", "setup_control")
 
 
+def dicts_in(data: Any, path: str = "", *, walk_into: Callable[[dict], bool] = lambda d: True) -> Iterator[tuple[str, dict]]:
+    """(path, dict) for every dict in a study JSON, outer before inner, paths like "/claims/0";
+    a dict for which `walk_into` is False is given but what it holds is not walked."""
+    if isinstance(data, dict):
+        yield path, data
+        if not walk_into(data):
+            return
+        items: Iterable = data.items()
+    elif isinstance(data, list):
+        items = enumerate(data)
+    else:
+        return
+    for k, v in items:
+        yield from dicts_in(v, f"{path}/{k}", walk_into=walk_into)
+
+
 def rejudge(data: Any, path: str = "") -> list[str]:
     """Every `judge` dict inside `data` whose stored word differs from the word its numbers give now."""
     bad = []
-    if isinstance(data, dict):
-        if {"claim_text", "effect", "control", "claim", "word"} <= set(data):
-            rule = {k: data[k] for k in _RULE_KEYS if k in data}
+    for where, d in dicts_in(data, path):
+        if {"claim_text", "effect", "control", "claim", "word"} <= set(d):
+            rule = {k: d[k] for k in _RULE_KEYS if k in d}
             try:
-                word = verdict(data["effect"], data["control"], data["claim"], **rule)
+                word = verdict(d["effect"], d["control"], d["claim"], **rule)
             except InterpError as e:
                 word = f"error: {e}"
-            if word != data["word"]:
-                bad.append(f"{path or '/'}: says {data['word']!r}, its numbers give {word!r}")
-        for k, v in data.items():
-            bad += rejudge(v, f"{path}/{k}")
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            bad += rejudge(v, f"{path}/{i}")
+            if word != d["word"]:
+                bad.append(f"{where or '/'}: says {d['word']!r}, its numbers give {word!r}")
     return bad
