@@ -181,7 +181,9 @@ def load(path: str | Path) -> Any:
     except InterpError:
         raise
     except Exception as err:  # missing file, or not safetensors at all (safetensors has its own error type)
-        raise InterpError(f"cannot read {path} as an interp result file: {err}") from None
+        why = "no such file" if not Path(path).exists() else f"{type(err).__name__}: {err}"
+        raise InterpError(f"cannot read {path} as an interp result file ({why}); pass one that result.save(path) "
+                          "or interp.results.save wrote") from None
     return _decode(json.loads(meta["result"]), tensors)
 
 

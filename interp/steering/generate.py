@@ -140,7 +140,11 @@ def generate(
     residual stream entering or leaving a block, and no hook of the caller's on the bridge; else
     the bridge runs every forward. True requires it; False never.
     """
-    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+    given = prompts
+    prompts = [prompts] if isinstance(prompts, str) else [] if isinstance(prompts, torch.Tensor) else list(prompts)
+    if not prompts or not all(isinstance(p, str) for p in prompts):  # token ids fail here, not in the tokenizer
+        raise InterpError(f"prompts is a {type(given).__name__}; pass text (a str or a non-empty list of str): "
+                          "generate tokenizes it itself")
     steers = [interventions] if isinstance(interventions, Steer) else list(interventions)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise InterpError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 1")
