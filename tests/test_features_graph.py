@@ -392,3 +392,43 @@ def test_graph_view_in_chromium(browser, llama_graph, tmp_path):
     assert EVIL in pg.locator(".example").inner_text()
     assert pg.evaluate("Array.from(document.scripts).every(s => s.text.trim() !== 'alert(1)')")
     page.clean()
+
+
+# ---------------------------------------------------------------------------------------------
+# SmolLM2: an IOI and a capital-city graph, rendered, exported and read back (the doc's numbers come
+# from trained transcoders, benchmarks/graphs.py; here hand-made ones keep the test fast)
+
+
+def _matched(model, tokens, layers, n=256, k=8, seed=0) -> list[Dictionary]:
+    """Random transcoders at `layers` whose thresholds let about k features fire per position."""
+    sites = [f"blocks.{l}.ln2.hook_normalized" for l in layers]
+    _, acts = run.cache(model, tokens, sites)
+    g = torch.Generator().manual_seed(seed)
+    d = model.cfg.d_model
+    out = []
+    for layer, site in zip(layers, sites):
+        w = torch.randn(d, n, generator=g) / d**0.5
+        thr = float((acts[site][0, 1:].float() @ w).flatten().quantile(1 - k / n))
+        out.append(Dictionary(w, torch.zeros(n), torch.randn(n, d, generator=g) * 0.05, torch.zeros(d), site,
+                              f"blocks.{layer}.hook_mlp_out", threshold=torch.full((n,), thr), model="smollm2-135m"))
+    return out
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("prompt,answer", [("The capital of France is", " Paris"),
+                                           ("When Mary and John went to the store, John gave a drink to", " Mary")])
+def test_smollm2_graphs_render_export_and_load_back(smollm2, browser, tmp_path, prompt, answer):
+    tokens = smollm2.to_tokens(prompt)
+    tcs = _matched(smollm2, tokens, [3, 20])
+    g = attribute(smollm2, prompt, tcs, targets=[answer], max_feature_nodes=48, batch_size=32, progress=False)
+    assert g.model == "smollm2-135m" and int((g.kind == 0).sum()) == 48 and g.tokens[-1] == smollm2.to_str_tokens(tokens[0])[-1]
+    assert g.meta["logit_tokens"] == {str(int(g.index[-1])): answer} and g.meta["drop_bos"]
+    pruned = g.prune()
+    assert from_neuronpedia(json.loads(json.dumps(to_neuronpedia(g, slug="smollm2")))) == pruned
+    path = tmp_path / "smollm2.html"
+    path.write_text(graph_html(pruned))
+    page = Page(browser, path)
+    assert page.page.locator("g.gnode").count() == len(pruned) and page.visible_edges() >= 1
+    shown = page.page.evaluate("document.querySelector('.example').textContent")  # raw text, spaces kept
+    assert shown == "prompt: " + " | ".join(pruned.tokens)
+    page.clean()
