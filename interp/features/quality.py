@@ -9,6 +9,10 @@
     ce_mean      ... with the site's activation replaced by its mean over these tokens
     ce_recovered (ce_zero - ce_spliced) / (ce_zero - ce_clean): 1 = as good as the model, 0 = as
                  bad as zero ablation; ce_recovered_mean the same against mean ablation
+    fve_control  the same FVE from a dense baseline fitted on other tokens (`fit_tokens`): for a
+                 transcoder the best affine map of the MLP's input to its output (least squares:
+                 what a linear MLP would do), for an SAE the top round(l0) principal components
+                 (a dense code as wide as the sparse one's active set)
 
 Every replacement acts on the trainable positions only (not BOS, not padding), the positions the
 dictionary was trained on; BOS keeps its own activation in all four runs. The spliced run reads
@@ -42,7 +46,8 @@ def ce_loss(logits_: Tensor, tokens: Tensor, valid: Tensor) -> float:
 
 
 def scores(model, dictionaries: Sequence[Dictionary], tokens: Tensor, valid: Tensor, *,
-           rows_per_forward: int = 16, progress: bool = False) -> list[dict[str, float]]:
+           rows_per_forward: int = 16, progress: bool = False, fit_tokens: Tensor | None = None,
+           fit_valid: Tensor | None = None) -> list[dict[str, float]]:
     """The numbers above for each of `dictionaries` on `tokens` [rows, pos] (trainable where
     `valid`). One clean forward per chunk of rows serves every dictionary; the three replaced runs
     of each dictionary run side by side through `interp.run.evaluate` (resumed at its layer)."""
@@ -57,7 +62,42 @@ def scores(model, dictionaries: Sequence[Dictionary], tokens: Tensor, valid: Ten
             t, v = tokens[i : i + rows_per_forward], valid[i : i + rows_per_forward]
             lg, acts = cache(model, t.to(model.cfg.device), names)
             chunks.append((t, v, ce_loss(lg, t, v), {n: a.float().cpu() for n, a in acts.items()}))
-    return [_one(model, d, chunks, progress) for d in tqdm(dictionaries, desc="scoring", disable=not progress)]
+    fit = None
+    if fit_tokens is not None:
+        fit = {n: [] for n in names}
+        with torch.no_grad():
+            for i in range(0, len(fit_tokens), rows_per_forward):
+                t, v = fit_tokens[i : i + rows_per_forward], fit_valid[i : i + rows_per_forward]
+                _, acts = cache(model, t.to(model.cfg.device), names)
+                for n in names:
+                    fit[n].append(acts[n].float().cpu()[v])
+        fit = {n: torch.cat(a) for n, a in fit.items()}
+    out = []
+    for d in tqdm(dictionaries, desc="scoring", disable=not progress):
+        row = _one(model, d, chunks, progress)
+        if fit is not None:
+            x = torch.cat([a[d.site_in][v] for _, v, _, a in chunks])
+            y = torch.cat([a[d.site_out][v] for _, v, _, a in chunks])
+            row["fve_control"] = _control_fve(d, fit[d.site_in], fit[d.site_out], x, y, row["l0"])
+        out.append(row)
+    return out
+
+
+def _fve(y: Tensor, y_hat: Tensor) -> float:
+    return 1 - float((y - y_hat).pow(2).sum() / (y - y.mean(0)).pow(2).sum())
+
+
+def _control_fve(d: Dictionary, x_fit: Tensor, y_fit: Tensor, x: Tensor, y: Tensor, l0: float) -> float:
+    """The dense baseline's FVE on the held-out (x, y) (see the module docstring)."""
+    x_fit, y_fit, x, y = (t.double() for t in (x_fit, y_fit, x, y))
+    if d.kind == "transcoder":
+        a = torch.cat([x_fit, torch.ones(len(x_fit), 1, dtype=x_fit.dtype)], 1)
+        w = torch.linalg.lstsq(a, y_fit, rcond=None).solution
+        return _fve(y, torch.cat([x, torch.ones(len(x), 1, dtype=x.dtype)], 1) @ w)
+    mean = y_fit.mean(0)
+    r = max(1, round(l0))
+    basis = torch.linalg.svd(y_fit - mean, full_matrices=False).Vh[:r].T  # [d, r]
+    return _fve(y, mean + ((y - mean) @ basis) @ basis.T)
 
 
 def _one(model, d: Dictionary, chunks, progress: bool) -> dict[str, float]:

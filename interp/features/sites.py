@@ -154,6 +154,14 @@ class TopExamples:
     model: str = ""
     meta: dict = field(default_factory=dict)
 
+    def to_grid(self):
+        """The top activations as a Grid [feature, example] (the dashboard's static chart)."""
+        from interp.results import Grid
+
+        return Grid(self.values, ("feature", "example"),
+                    (tuple(f"f{int(f)}" for f in self.features), tuple(range(self.values.shape[1]))),
+                    {"title": f"top activations: {self.dictionary}", "model": self.model})
+
 
 def _token_strings(model, ids: Sequence[int]) -> list[str]:
     tok = getattr(model, "tokenizer", None)

@@ -1,8 +1,9 @@
 """The committed dictionaries: which sites, recipes and text each model's set trains on, at each
 budget, and where they live.
 
-    python -m interp.features.suite train NAME [--budget quick|cpu]   train (resumes), save
-    python -m interp.features.suite score NAME [--budget ...] --json F  score every dictionary
+    python -m interp.features.suite train NAME... [--budget quick|cpu]  train (resumes), save
+    python -m interp.features.suite score NAME... [--budget ...] --json F  score them: one JSON
+    python -m interp.studies.features_doc --json F --doc D            render D's regions from F
 
 NAME is "zoo" (zoo:lm-gpt2: a transcoder per layer and an SAE on the middle residual stream,
 its own English text) or "smollm2" (smollm2-135m: a transcoder per layer, 30, and an SAE on layer
@@ -42,6 +43,7 @@ class Suite:
     n_ctx: int = 128
     zoo_rows: int = 20000  # sentences for the zoo source
     eval_rows: int = 8  # held-out rows scored
+    fit_rows: int = 32  # training rows the dense controls are fitted on
 
     def pairs(self) -> list[tuple[str, str]]:
         sae = f"blocks.{self.sae_layer}.hook_resid_post"
@@ -52,10 +54,10 @@ SUITES = {
     "zoo": Suite("zoo:lm-gpt2", "zoo", 4, 1, {
         "quick": Recipe(n_features=256, k=8, lr=3e-3, tokens=12_000, rows=16, dead_after=4000, checkpoint_every=50),
         "cpu": Recipe(n_features=1024, k=16, tokens=400_000, rows=128, dead_after=20_000, checkpoint_every=50),
-    }, eval_rows=256),
+    }, eval_rows=256, fit_rows=1024),
     "smollm2": Suite("smollm2-135m", "docstrings", 30, 15, {
         "quick": Recipe(n_features=256, k=16, tokens=4_000, rows=4, dead_after=2_000, checkpoint_every=2),
-        "cpu": Recipe(n_features=1024, k=32, lr=2e-3, tokens=300_000, rows=4, dead_after=20_000, checkpoint_every=30),
+        "cpu": Recipe(n_features=1024, k=32, lr=2e-3, tokens=150_000, rows=4, dead_after=20_000, checkpoint_every=30),
     }),
 }
 
@@ -76,7 +78,8 @@ def folder(name: str, budget: str = "cpu") -> Path:
 
 
 def _data(model, suite: Suite):
-    """(train tokens, train mask, held-out tokens, held-out mask)."""
+    """(train tokens, train mask, held-out tokens, held-out mask). The dense controls of `score`
+    are fitted on the first `fit_rows` training rows."""
     if suite.source == "zoo":
         rows, valid = token_rows(model, "zoo", max_rows=suite.zoo_rows, seed=1)
         held, held_valid = token_rows(model, "zoo", max_rows=suite.eval_rows, seed=99)
@@ -115,52 +118,73 @@ def _commit() -> str:
         return ""
 
 
-def score(name: str, budget: str = "cpu", *, progress: bool = True) -> dict:
-    """Every dictionary of suite `name` scored on held-out text (`interp.features.quality`), with
-    the run's provenance: one JSON that docs/features.md renders from."""
+def score(name: str, budget: str = "cpu", *, progress: bool = True) -> tuple[dict, dict]:
+    """(budget block, scores) of suite `name`: every dictionary scored on held-out text
+    (`interp.features.quality`), with how it was trained."""
     import interp
     from interp.features.quality import scores
+    from interp.sites import layer_of
 
     suite, recipe = _suite(name, budget)
     model = interp.load(suite.model)
-    _, _, held, held_valid = _data(model, suite)
+    train_rows, train_valid, held, held_valid = _data(model, suite)
     dicts = load_dictionaries(name, budget)
     t0 = time.perf_counter()
     rows = scores(model, list(dicts.values()), held, held_valid, rows_per_forward=16 if suite.source != "zoo" else 64,
-                  progress=progress)
+                  progress=progress, fit_tokens=train_rows[: suite.fit_rows], fit_valid=train_valid[: suite.fit_rows])
     first = next(iter(dicts.values())).meta
-    return {
-        "suite": name, "model": suite.model, "budget": budget, "recipe": asdict(recipe),
-        "source": describe(suite.source),
+    block = {**asdict(recipe), "budget": budget, "model": suite.model, "n_layers": suite.n_layers,
+             "sae_layer": suite.sae_layer, "dictionaries": len(suite.pairs()), "n_ctx": suite.n_ctx, "eval_rows": suite.eval_rows,
+             "fit_rows": suite.fit_rows, "source": describe(suite.source)}
+    tc = [r for d, r in zip(dicts.values(), rows) if d.kind == "transcoder"]
+    mean = lambda key: round(sum(r[key] for r in tc) / len(tc), 4)
+    result = {
+        "model": suite.model,
+        "transcoders": {"count": len(tc), "fve_mean": mean("fve"), "fve_control_mean": mean("fve_control"),
+                        "beat_control": sum(r["fve"] > r["fve_control"] for r in tc),
+                        "ce_recovered_mean": mean("ce_recovered"), "ce_recovered_min": round(min(r["ce_recovered"] for r in tc), 4),
+                        "l0_mean": mean("l0"), "dead_mean": mean("dead")},
         "trained": {"tokens": first["tokens"], "steps": first["steps"], "seconds": first["seconds"],
                     "forward_seconds": first["forward_seconds"], "finished": first["tokens"] >= recipe.tokens},
         "held_out_tokens": rows[0]["tokens"],
-        "dictionaries": [{"site_in": d.site_in, "site_out": d.site_out, "kind": d.kind,
+        "score_seconds": round(time.perf_counter() - t0, 1),
+        "dictionaries": [{"site_in": d.site_in, "site_out": d.site_out, "kind": d.kind, "layer": layer_of(d.site_out),
                           **{k: round(v, 4) for k, v in r.items() if k != "tokens"}}
                          for d, r in zip(dicts.values(), rows)],
-        "provenance": {"commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                       "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
-                       "score_seconds": round(time.perf_counter() - t0, 1),
-                       "command": f"python -m interp.features.suite train {name} --budget {budget} && "
-                                  f"python -m interp.features.suite score {name} --budget {budget} --json docs/features_{name}.json"},
     }
+    return block, result
+
+
+def score_all(names: list[str], budget: str = "cpu") -> dict:
+    """One JSON for docs/features.md: each suite's scores, their budgets, provenance."""
+    t0 = time.perf_counter()
+    out: dict = {"budget": {}}
+    for name in names:
+        out["budget"][name], out[name] = score(name, budget)
+    out["provenance"] = {
+        "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+        "command": " && ".join(f"python -m interp.features.suite train {n} --budget {budget}" for n in names)
+        + f" && python -m interp.features.suite score {' '.join(names)} --budget {budget} --json docs/features.json",
+    }
+    return out
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m interp.features.suite")
     p.add_argument("what", choices=("train", "score"))
-    p.add_argument("name", choices=sorted(SUITES))
+    p.add_argument("names", nargs="*", default=sorted(SUITES))
     p.add_argument("--budget", default="cpu")
-    p.add_argument("--json", default=None, help="score: where to write the scores JSON")
+    p.add_argument("--json", default="docs/features.json", help="score: the JSON written")
     a = p.parse_args(argv)
     if a.what == "train":
-        train_suite(a.name, a.budget)
-        print(f"saved under {folder(a.name, a.budget)}")
+        for name in a.names:
+            train_suite(name, a.budget)
+            print(f"saved under {folder(name, a.budget)}")
     else:
-        result = score(a.name, a.budget)
-        text = json.dumps(result, indent=1)
-        if a.json:
-            write_text_atomic(a.json, text + "\n")
+        text = json.dumps(score_all(a.names, a.budget), indent=1)
+        write_text_atomic(a.json, text + "\n")
         print(text)
 
 
