@@ -432,3 +432,22 @@ def test_smollm2_graphs_render_export_and_load_back(smollm2, browser, tmp_path, 
     shown = page.page.evaluate("document.querySelector('.example').textContent")  # raw text, spaces kept
     assert shown == "prompt: " + " | ".join(pruned.tokens)
     page.clean()
+
+
+def test_hover_examples_come_from_the_feature_dashboard(llama, llama_graph):
+    from interp.features import top_examples
+    from interp.features.graph_view import examples_of
+
+    tcs, g = llama_graph
+    p = g.prune()
+    feature = int(p.of("feature")[0])
+    layer, index = int(p.layer[feature]), int(p.index[feature])
+    rows = llama.to_tokens(["the keys to the cabinet", "the cat sees the dog", "mary gave a drink to john"])
+    tops = top_examples(llama, rows, tcs[layer], features=[index], k=2, before=2, after=1)
+    found = examples_of({layer: tops})[(layer, index)]
+    assert found and all("[[" in t and "]]" in t for t in found)
+    html_text = view(p, examples=examples_of({layer: tops})).html()
+    import re
+
+    data = json.loads(re.search(r'<script type="application/json" id="[^"]+-data">(.*?)</script>', html_text).group(1))
+    assert data["nodes"][str(feature)]["examples"] == found[:5]

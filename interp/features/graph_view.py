@@ -32,7 +32,7 @@ import torch
 from interp.errors import InterpError
 from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
 
-__all__ = ["GraphView", "graph_html", "view"]
+__all__ = ["GraphView", "examples_of", "graph_html", "view"]
 
 _ROW, _LEFT, _TOP, _STEP = 54.0, 64.0, 40.0, 13.0
 _POS, _NEG = "#2166ac", "#c0392b"
@@ -248,6 +248,24 @@ class GraphView:
 
     def __repr__(self) -> str:
         return f"GraphView({self.graph!r})"
+
+
+def examples_of(tops: Mapping[int, Any]) -> dict[tuple[int, int], list[str]]:
+    """{(layer, feature): texts} from the feature dashboard's `TopExamples` per layer
+    (`interp.features.top_examples` of that layer's transcoder): each example's context with the
+    activating token in [[ ]]."""
+    out: dict[tuple[int, int], list[str]] = {}
+    for layer, top in tops.items():
+        for i, feature in enumerate(top.features.tolist()):
+            texts = []
+            for j, context in enumerate(top.contexts[i]):
+                if float(top.values[i, j]) <= 0:
+                    continue
+                words = list(context)
+                words[top.center] = f"[[{words[top.center]}]]"
+                texts.append(f"{''.join(words)}  ({float(top.values[i, j]):.3g})")
+            out[(int(layer), int(feature))] = texts
+    return out
 
 
 def view(graph: AttributionGraph, *, title: str | None = None, max_edges: int = 500, shown: int | None = None,
