@@ -234,12 +234,8 @@ def _circuit(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="interp",
-        description="Mechanistic interpretability on TransformerLens 4.x bridges.",
-    )
-    sub = parser.add_subparsers(dest="command")
+def _add_model_commands(sub) -> None:
+    """info, demo, zoo list, zoo train: one model, the demo and the zoo."""
     p = sub.add_parser("info", help="family, sizes and hook names of a model")
     p.add_argument("spec", help="hub name, local HF directory, or zoo:NAME")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -259,6 +255,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=None, help="override the step count (smoke runs)")
     p.add_argument("--json", action="store_true", help="no progress bar (the summary is JSON either way)")
     p.set_defaults(func=_zoo_train)
+
+
+def _add_sweep(sub) -> None:
+    """sweep: a TOML list of experiments, locally or on Ray (interp.sweep)."""
     p = sub.add_parser("sweep", help="run a TOML list of patching / ablation experiments, resumably (locally or on Ray)")
     p.add_argument("config", help="TOML config with [[experiment]] tables (see examples/)")
     p.add_argument("--out", required=True, help="output folder (rerun with the same folder to resume)")
@@ -274,6 +274,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retries", type=int, default=None,
                    help="times a job reruns after its worker dies (default 3; exceptions are not retried)")
     p.set_defaults(func=_sweep)
+
+
+def _add_repro(sub) -> None:
+    """repro: a paper's study with its budget and overrides (interp.studies)."""
     p = sub.add_parser("repro", help="reproduce a paper's study (resumable units; --budget quick or paper)")
     p.add_argument("name", choices=sorted(REPROS), help="which study")
     p.add_argument("--budget", default="quick",
@@ -294,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeat for several; default: the study's own models")
     p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
     p.set_defaults(func=_repro)
+
+
+def _add_circuit_and_steer(sub) -> None:
+    """circuit and steer: the two capabilities with a command of their own."""
     p = sub.add_parser("circuit", help="edge scores (EAP, EAP-IG, exact), faithfulness curve and circuit.html")
     p.add_argument("model", help="zoo:NAME, a real model name, or a local HF directory")
     p.add_argument("--task", default="ioi", choices=["ioi", "sva"],
@@ -318,6 +326,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--positions", default="all", choices=["all", "prompt", "generated"])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_steer)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="interp",
+        description="Mechanistic interpretability on TransformerLens 4.x bridges.",
+    )
+    sub = parser.add_subparsers(dest="command")
+    _add_model_commands(sub)
+    _add_sweep(sub)
+    _add_repro(sub)
+    _add_circuit_and_steer(sub)
     return parser
 
 

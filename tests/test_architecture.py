@@ -40,12 +40,10 @@ ALLOWED = {
     ("interp.probing.scores", "imports interp.hooks.hooks"),
     # studies.steer_real imports studies.steering inside a function (STEER, appeared 05:18 today)
     ("interp.studies.steer_real", "cycle interp.studies.steer_real, interp.studies.steering"),
-    # functions over 80 lines outside the studies (issue 29): cli, sweep (INFRA), masking (HCORE),
-    # probing (PROBE), steering generate (STEER/PERF), grafting (no owner this round)
-    ("interp.cli", "function build_parser over 80 lines"),
+    # functions over 80 lines outside the studies (issue 29): masking (HCORE: learn_masks holds the
+    # checkpoint path of the lead's running study), probing (PROBE), grafting (no owner this round)
     ("interp.masking.learn", "function learn_masks over 80 lines"),
     ("interp.probing.probe", "function probe over 80 lines"),
-    ("interp.steering.generate", "function generate over 80 lines"),
     ("interp.grafting.delta", "function finetune over 80 lines"),
 }
 # Not checked by ast, listed so a reader sees them: interp.circuits.circuit.AblateOutside keeps

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import replace
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from jaxtyping import Float, Int
@@ -140,6 +140,101 @@ def generate(
     residual stream entering or leaving a block, and no hook of the caller's on the bridge; else
     the bridge runs every forward. True requires it; False never.
     """
+    prompts, steers = _checked(model, prompts, interventions, max_new_tokens, positions, do_sample, temperature, top_p)
+    sites = sorted({iv.axis.site for iv in steers})
+    hf = _native_model(model, sites, use_cache, native)
+
+    dev = _device(model)
+    tokens, mask, _ = encode(model, prompts)
+    (batch, width), prompt_len = tokens.shape, mask.sum(-1)
+    generator = torch.Generator(device=dev).manual_seed(seed)
+    eos, pad = _eos_id(model) if stop_at_eos else None, _pad_id(model)
+    record = record and bool(steers)
+    finished, n_generated = torch.zeros(batch, dtype=torch.bool, device=dev), torch.zeros(batch, dtype=torch.long, device=dev)
+    # per step: which rows were still generating, one [batch] projection per steer, the new tokens
+    alive, recorded, new = [], [], []
+    kv = new_kv_cache(model) if use_cache else None
+    cache_kw = _cache_kwargs(model, kv, hf)
+
+    for step in range(max_new_tokens):
+        full_mask = torch.cat([mask, torch.ones(batch, step, dtype=mask.dtype, device=dev)], 1)
+        where = _steered(full_mask.bool(), width, positions)
+        step_steers = [replace(iv, where=where) for iv in steers]  # frozen, built for this step
+        if kv is None or step == 0:  # the whole sequence so far
+            seq = torch.cat([tokens, *[t[:, None] for t in new]], 1) if new else tokens
+            ids, start = (full_mask.cumsum(-1) - 1).clamp(min=0), 0
+        else:  # one new token per row, attending to the cache
+            seq, ids, start = new[-1][:, None], (prompt_len + step - 1)[:, None], width + step - 1
+        logits, seen = _forward(model, hf, step_steers, start, sites if record else (), seq,
+                                attention_mask=full_mask, position_ids=ids, **cache_kw)
+        found = {site: act[:, -1:] for site, act in seen.items()}  # the position that predicts this step
+        if kv is not None and step == 0:
+            _check_filled(kv, width)
+        if record:
+            recorded.append(_projections_before(step_steers, found, width + step - 1))
+        nxt = _sample(logits[:, -1], do_sample, temperature, top_p, generator)
+        alive.append(~finished)
+        nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
+        n_generated += (~finished).long()
+        new.append(nxt)
+        if eos is not None:
+            finished = finished | (nxt == eos)
+            if bool(finished.all()):
+                break
+
+    out = torch.cat([tokens, torch.stack(new, 1)], 1)
+    completions = tuple(model.tokenizer.decode(out[i, width: width + int(n_generated[i])], skip_special_tokens=True).strip()
+                        for i in range(batch))
+    meta = {"interventions": [str(iv) for iv in steers], "positions": positions, "do_sample": do_sample,
+            "seed": seed, "use_cache": use_cache, "native": hf is not None, "model": getattr(model.cfg, "model_name", "")}
+    projections = _projections(alive, recorded) if record else None
+    return Generation(tuple(prompts), completions, out.cpu(), prompt_len.cpu(), n_generated.cpu(), projections, meta)
+
+
+def _native_model(model, sites: list[str], use_cache: bool, native: bool | None):
+    """The HF model to run natively (`interp.run.natively`), or None for the bridge."""
+    possible = use_cache and run.natively_possible(model, sites)
+    if native and not possible:
+        raise InterpError(f"native=True needs use_cache=True, a causal decoder on one device, sites that are "
+                          f"blocks.L.hook_resid_pre/post (got {sites}) and no hooks on the bridge")
+    return unwrapped(model) if possible and native is not False else None
+
+
+def _cache_kwargs(model, kv, hf) -> dict[str, Any]:
+    """Forward kwargs that hand the KV cache `kv` (None: no cache) to the bridge, or to `hf`."""
+    cache_kw = kv_cache_kwargs(model, kv) if kv is not None else {}
+    if hf is not None:  # HF's own names only: its layers take **kwargs and would carry `layer_past` along
+        cache_kw = {k: v for k, v in cache_kw.items() if k != "layer_past"}
+        if "logits_to_keep" in inspect.signature(hf.forward).parameters:
+            cache_kw["logits_to_keep"] = 1  # as HF generate: the unembedding at the last position only
+    return cache_kw
+
+
+def _check_filled(kv, width: int) -> None:
+    if kv.get_seq_length() != width:
+        raise InterpError(f"the KV cache holds {kv.get_seq_length()} positions after a {width}-token prompt: "
+                          "this TransformerLens/transformers pair does not fill the cache; pass use_cache=False")
+
+
+def _steered(real: Tensor, width: int, positions: str) -> Tensor:
+    """[batch, pos] which positions a step steers: real ones, all or only the prompt's / generated."""
+    if positions == "all":
+        return real
+    is_gen = torch.arange(real.shape[1], device=real.device)[None].expand(real.shape[0], -1) >= width
+    return real & (is_gen if positions == "generated" else ~is_gen)
+
+
+def _forward(model, hf, steers, start: int, record, seq: Tensor, **kw) -> tuple[Tensor, dict[str, Tensor]]:
+    """(logits, recorded activations) of one step's forward, natively on `hf` or on the bridge."""
+    if hf is not None:
+        with torch.no_grad(), run.natively(model, hf, steers, start=start, record=record) as seen:
+            return hf(input_ids=seq, **kw).logits, seen
+    with torch.no_grad(), run.intervened(model, steers, start=start, record=record) as seen:
+        return model(seq, **kw), seen
+
+
+def _checked(model, prompts, interventions, max_new_tokens, positions, do_sample, temperature, top_p):
+    """(prompts as a list of str, steers as a list): generate's arguments, checked before any forward."""
     given = prompts
     prompts = [prompts] if isinstance(prompts, str) else [] if isinstance(prompts, torch.Tensor) else list(prompts)
     if not prompts or not all(isinstance(p, str) for p in prompts):  # token ids fail here, not in the tokenizer
@@ -157,81 +252,14 @@ def generate(
     _check_steers(model, steers)
     if any(iv.where is not None for iv in steers):
         raise InterpError("generate chooses the steered positions itself (positions=...); pass Steer without `where`")
-    sites = sorted({iv.axis.site for iv in steers})
-    possible = use_cache and run.natively_possible(model, sites)
-    if native and not possible:
-        raise InterpError(f"native=True needs use_cache=True, a causal decoder on one device, sites that are "
-                          f"blocks.L.hook_resid_pre/post (got {sites}) and no hooks on the bridge")
-    hf = unwrapped(model) if possible and native is not False else None
+    return prompts, steers
 
-    dev = _device(model)
-    tokens, mask, _ = encode(model, prompts)
-    batch, width = tokens.shape
-    prompt_len = mask.sum(-1)
-    generator = torch.Generator(device=dev).manual_seed(seed)
-    eos = _eos_id(model) if stop_at_eos else None
-    pad = _pad_id(model)
-    record = record and bool(steers)
-    finished = torch.zeros(batch, dtype=torch.bool, device=dev)
-    n_generated = torch.zeros(batch, dtype=torch.long, device=dev)
-    alive: list[Tensor] = []  # per step: which rows were still generating
-    recorded: list[list[Tensor]] = []  # per step: one [batch] projection per steer
-    kv = new_kv_cache(model) if use_cache else None
-    cache_kw = kv_cache_kwargs(model, kv) if kv is not None else {}
-    if hf is not None:  # HF's own names only: its layers take **kwargs and would carry `layer_past` along
-        cache_kw = {k: v for k, v in cache_kw.items() if k != "layer_past"}
-        if "logits_to_keep" in inspect.signature(hf.forward).parameters:
-            cache_kw["logits_to_keep"] = 1  # as HF generate: the unembedding at the last position only
-    new: list[Tensor] = []
 
-    for step in range(max_new_tokens):
-        full_mask = torch.cat([mask, torch.ones(batch, step, dtype=mask.dtype, device=dev)], 1)
-        real = full_mask.bool()
-        is_gen = torch.arange(width + step, device=dev)[None].expand(batch, -1) >= width
-        where = real if positions == "all" else real & (is_gen if positions == "generated" else ~is_gen)
-        step_steers = [replace(iv, where=where) for iv in steers]  # frozen, built for this step
-        if kv is None or step == 0:  # the whole sequence so far
-            seq = torch.cat([tokens, *[t[:, None] for t in new]], 1) if new else tokens
-            ids, start = (full_mask.cumsum(-1) - 1).clamp(min=0), 0
-        else:  # one new token per row, attending to the cache
-            seq, ids, start = new[-1][:, None], (prompt_len + step - 1)[:, None], width + step - 1
-        recorded_here = sites if record else ()
-        if hf is not None:
-            with torch.no_grad(), run.natively(model, hf, step_steers, start=start, record=recorded_here) as seen:
-                logits = hf(input_ids=seq, attention_mask=full_mask, position_ids=ids, **cache_kw).logits
-        else:
-            with torch.no_grad(), run.intervened(model, step_steers, start=start, record=recorded_here) as seen:
-                logits = model(seq, attention_mask=full_mask, position_ids=ids, **cache_kw)
-        found = {site: act[:, -1:] for site, act in seen.items()}  # the position that predicts this step
-        if kv is not None and step == 0 and kv.get_seq_length() != width:
-            raise InterpError(
-                f"the KV cache holds {kv.get_seq_length()} positions after a {width}-token prompt: "
-                "this TransformerLens/transformers pair does not fill the cache; pass use_cache=False")
-        if record:
-            recorded.append(_projections_before(step_steers, found, width + step - 1))
-        nxt = _sample(logits[:, -1], do_sample, temperature, top_p, generator)
-        alive.append(~finished)
-        nxt = torch.where(finished, torch.full_like(nxt, pad), nxt)
-        n_generated += (~finished).long()
-        new.append(nxt)
-        if eos is not None:
-            finished = finished | (nxt == eos)
-            if bool(finished.all()):
-                break
-
-    out = torch.cat([tokens, torch.stack(new, 1)], 1)
-    completions = tuple(
-        model.tokenizer.decode(out[i, width: width + int(n_generated[i])], skip_special_tokens=True).strip()
-        for i in range(batch)
-    )
-    projections = None
-    if record:
-        live = torch.stack(alive, 1)  # [batch, step]
-        projections = torch.stack([torch.stack(per_step, 1) for per_step in zip(*recorded)])  # [n_steer, batch, step]
-        projections = torch.where(live[None].to(projections.device), projections, torch.nan).cpu()
-    meta = {"interventions": [str(iv) for iv in steers], "positions": positions, "do_sample": do_sample,
-            "seed": seed, "use_cache": use_cache, "native": hf is not None, "model": getattr(model.cfg, "model_name", "")}
-    return Generation(tuple(prompts), completions, out.cpu(), prompt_len.cpu(), n_generated.cpu(), projections, meta)
+def _projections(alive: list[Tensor], recorded: list[list[Tensor]]) -> Tensor:
+    """[n_steer, batch, step] projections recorded at each step, NaN where a row had stopped."""
+    live = torch.stack(alive, 1)  # [batch, step]
+    projections = torch.stack([torch.stack(per_step, 1) for per_step in zip(*recorded)])  # [n_steer, batch, step]
+    return torch.where(live[None].to(projections.device), projections, torch.nan).cpu()
 
 
 def _stop_layer(model, site: str) -> int | None:
