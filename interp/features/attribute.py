@@ -225,10 +225,10 @@ class _Backward:
 
     def __init__(self, model, tokens: Tensor, clean: dict[str, Tensor], holds: list[Hold], outs: dict[int, str],
                  sites: list[str], src: _Sources, rows: int):
-        n_pos = tokens.shape[1]
+        n_pos, device = tokens.shape[1], clean[EMBED].device
         self.src, self.seconds = src, 0.0
-        self.deltas = [torch.zeros(rows, n_pos, src.errors.shape[-1], requires_grad=True) for _ in outs]
-        self.deltas.append(torch.zeros(rows, *clean[EMBED].shape[1:], requires_grad=True))
+        self.deltas = [torch.zeros(rows, n_pos, src.errors.shape[-1], device=device, requires_grad=True) for _ in outs]
+        self.deltas.append(torch.zeros(rows, *clean[EMBED].shape[1:], device=device, requires_grad=True))
         holds = holds + [Hold(site, clean[site], self.deltas[l]) for l, site in outs.items()]
         holds.append(Hold(EMBED, clean[EMBED], self.deltas[-1]))
         with warnings.catch_warnings():
@@ -238,12 +238,13 @@ class _Backward:
     def rows_of(self, targets: list[tuple[str, int, Tensor]]) -> Tensor:
         """Targets (site, position, input vector) -> [len, sources]: features, errors (layer-major), tokens."""
         t, src = time.perf_counter(), self.src
-        loss = torch.zeros(())
+        loss = torch.zeros((), device=self.deltas[0].device)
         for site in dict.fromkeys(s for s, _, _ in targets):
             r = [i for i, (s, _, _) in enumerate(targets) if s == site]
             p = torch.tensor([targets[i][1] for i in r])
-            v = torch.stack([targets[i][2] for i in r])
-            loss = loss + (self.found[site][torch.tensor(r), p].float() * v).sum()
+            act = self.found[site]
+            v = torch.stack([targets[i][2] for i in r]).to(act.device)
+            loss = loss + (act[torch.tensor(r), p].float() * v).sum()
         grads = torch.autograd.grad(loss, self.deltas, retain_graph=True, allow_unused=True)
         grads = [torch.zeros_like(x) if g is None else g.float() for g, x in zip(grads, self.deltas)]
         cols = []
@@ -252,7 +253,7 @@ class _Backward:
         cols.append(torch.einsum("lpd,blpd->blp", src.errors, torch.stack(grads[:-1], 1)).flatten(1))
         cols.append((grads[-1] * src.embed).sum(-1))
         self.seconds += time.perf_counter() - t
-        return torch.cat(cols, 1)[: len(targets)]
+        return torch.cat([c.to(cols[-1].device) for c in cols], 1)[: len(targets)].cpu()
 
 
 def _feature_rows(bwd: _Backward, logit_rows: Tensor, probs: Tensor, sites: dict[int, str], budget: int,
