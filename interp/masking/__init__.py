@@ -33,7 +33,7 @@ training) are options: see `learn_mask`.
 """
 
 
-from interp.masking.learn import learn_mask, learn_masks, subnetworks
+from interp.masking.learn import HardConcrete, learn_mask, learn_masks, subnetworks
 from interp.masking.mask import HeadMask, ablation_scan, apply, interventions, references, sites
 from interp.masking.subnets import (
     EffectiveSize, Study, core_baseline, effective_size, evaluate, heuristic_core, overlap, random_like, smallest_within, study,
@@ -42,6 +42,6 @@ from interp.masking.subnets import (
 # The surface (`from interp.masking import *`, the docs): at most 15 names. Every other name imported
 # above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "EffectiveSize", "HeadMask", "Study", "ablation_scan", "apply", "core_baseline", "effective_size", "evaluate",
+    "EffectiveSize", "HardConcrete", "HeadMask", "Study", "ablation_scan", "apply", "core_baseline", "effective_size", "evaluate",
     "heuristic_core", "learn_mask", "learn_masks", "random_like", "study", "subnetworks"
 ]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-
 import math
 import time
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -22,7 +22,7 @@ from interp.storage import load_state, save_state
 from interp.masking.mask import HeadMask, MeanOver, check_task, default_reference, interventions, references, sites
 from interp.tasks.base import Task
 
-__all__ = ["deterministic_gates", "hard_concrete", "hard_concrete_sample", "learn_mask", "learn_masks", "prob_nonzero", "subnetworks"]
+__all__ = ["HardConcrete", "deterministic_gates", "hard_concrete", "hard_concrete_sample", "learn_mask", "learn_masks", "prob_nonzero", "subnetworks"]
 
 # hard-concrete constants (Louizos et al. 2018, as in CoFiPruning)
 LIMIT_L, LIMIT_R, BETA, EPS = -0.1, 1.1, 2.0 / 3.0, 1e-6
@@ -111,6 +111,36 @@ def _check_options(sparsities: Sequence[float], seeds: Sequence[int], sparsity_f
                           f"(1 - lr * weight_decay) each step, which would flip its sign (use more steps or less decay)")
 
 
+@dataclass(frozen=True)
+class HardConcrete:
+    """The recipe of hard-concrete (L0) mask learning: every option of `learn_masks` but the model,
+    task, targets, seeds, pinned units and checkpoint (each field is documented there).
+    `HardConcrete()` is this package's recipe; the official Heuristic-Core one is
+    `HardConcrete(mean_over="tokens", sparsity_from="sampled", optimizer="adamw", warmup=0.97, lr=0.1,
+    ...)`, whose values for a run length `interp.studies.heuristic_core.official(steps)` gives."""
+
+    steps: int = 200
+    include_mlps: bool = True
+    ablation: Ablation = "mean"
+    mean_over: MeanOver = "position"
+    sparsity_from: Literal["expected", "sampled"] = "expected"
+    optimizer: Literal["adam", "adamw"] = "adam"
+    batch_size: int = 32
+    weight_decay: float = 0.01
+    lr: float = 0.2
+    reg_lr: float = 0.5
+    warmup: float = 0.6
+
+
+def _recipe(recipe: HardConcrete, options: dict[str, Any]) -> HardConcrete:
+    """`recipe` with `options` (its fields given one by one, as before the recipe existed) applied."""
+    unknown = sorted(set(options) - {f.name for f in fields(HardConcrete)})
+    if unknown:
+        raise InterpError(f"learn_masks got unknown option(s) {unknown}; valid: {[f.name for f in fields(HardConcrete)]}, "
+                          "force_on, force_off, checkpoint, checkpoint_every, progress")
+    return replace(recipe, **options)
+
+
 def learn_mask(model, task: Task, *, sparsity: float, seed: int = 0, **kwargs: Any) -> HeadMask:
     """Learn a binary mask at `sparsity` (fraction of units off) keeping the model's behaviour on
     `task`, with hard-concrete (L0) gates as in CoFiPruning / Bhaskar et al. 2024: `learn_masks`
@@ -124,22 +154,13 @@ def learn_masks(
     *,
     sparsity: float | Sequence[float],
     seeds: Sequence[int],
-    steps: int = 200,
-    include_mlps: bool = True,
+    recipe: HardConcrete = HardConcrete(),
     force_on: Sequence[tuple[int, int | str]] = (),
     force_off: Sequence[tuple[int, int | str]] = (),
-    ablation: Ablation = "mean",
-    mean_over: MeanOver = "position",
-    sparsity_from: Literal["expected", "sampled"] = "expected",
-    optimizer: Literal["adam", "adamw"] = "adam",
-    batch_size: int = 32,
-    weight_decay: float = 0.01,
-    lr: float = 0.2,
-    reg_lr: float = 0.5,
-    warmup: float = 0.6,
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 500,
     progress: bool = True,
+    **options: Any,
 ) -> list[HeadMask]:
     """Learn one binary mask per seed (`sparsity`: one target for all, or one per seed) in ONE
     batched forward per step: the gates are stacked [seed, unit], each seed draws its own batch rows
@@ -173,7 +194,14 @@ def learn_masks(
     `checkpoint`: a file the state (gates, multipliers, optimizer, generators, history) is written
     to atomically every `checkpoint_every` steps; a run given the same file and options resumes
     from it and ends with the same masks as an uninterrupted run. The caller removes it when done.
+
+    The schedule (steps, include_mlps, ablation, mean_over, sparsity_from, optimizer, batch_size,
+    weight_decay, lr, reg_lr, warmup) is one frozen `recipe` (`HardConcrete`); each field may also
+    be given by name (`steps=300`), which replaces it in the recipe.
     """
+    recipe = _recipe(recipe, options)
+    (steps, include_mlps, ablation, mean_over, sparsity_from, optimizer, batch_size, weight_decay, lr, reg_lr,
+     warmup) = (getattr(recipe, f.name) for f in fields(HardConcrete))
     check_task(task)
     seeds = list(seeds)
     sparsities = [sparsity] * len(seeds) if isinstance(sparsity, (int, float)) and not isinstance(sparsity, bool) else list(sparsity)
