@@ -24,6 +24,7 @@ import torch
 from interp import cores
 from interp.cores import linalg
 from interp.hooks import hooks
+from timing import report  # benchmarks/timing.py, beside this script
 from interp.metrics import logit_diff
 from interp.model import ZOO_DIR, build_tiny, load
 from interp.tasks import english
@@ -109,11 +110,7 @@ def main() -> None:
         f"largest principal angle between the two cores (k={core.k}) {angle:.2e} rad.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.record:
-        with open(args.record, "a", encoding="utf-8") as f:
-            f.write(text)
+    report(lines, args.record)
 
 
 if __name__ == "__main__":

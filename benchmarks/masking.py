@@ -33,7 +33,7 @@ from interp.model import ZOO_DIR, build_tiny, load
 from interp.tasks import english, make
 from interp.masking.learn import INIT_LOG_ALPHA, hard_concrete
 from interp.studies.heuristic_core import official
-from timing import best_of  # benchmarks/timing.py, beside this script
+from timing import best_of, report  # benchmarks/timing.py, beside this script
 
 
 def _model(spec: str):
@@ -210,11 +210,7 @@ def main() -> None:
         f"| max abs difference of log_alpha, `learn_mask` vs plain torch, same seed | {speed['diff']:.1e} |",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.record:
-        with open(args.record, "a", encoding="utf-8") as f:
-            f.write("\n" + text)
+    report(lines, args.record, lead="\n")
 
 
 if __name__ == "__main__":

@@ -182,6 +182,15 @@ def _fingerprint(config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _rows(model, sets: list[Facts]) -> tuple[Tensor, Tensor]:
+    """Every set's completion rows as one [rows, pos] token batch, and its targets (-100: not scored)."""
+    encoded = [encode(model, f) for f in sets]
+    width = max(b.tokens.shape[1] for b in encoded)
+    pad = lambda t, v: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=v)
+    # padding after the completion is never read
+    return torch.cat([pad(b.tokens, 0) for b in encoded]), torch.cat([pad(b.targets, -100) for b in encoded])
+
+
 def finetune(
     model,
     facts: Facts | Sequence[Facts],
@@ -211,11 +220,7 @@ def finetune(
         raise InterpError("finetune was given no parameters to train")
     if base is not None:
         base.check(model)
-    encoded = [encode(model, f) for f in sets]
-    width = max(b.tokens.shape[1] for b in encoded)
-    pad = lambda t, v: torch.nn.functional.pad(t, (0, width - t.shape[1]), value=v)
-    tokens = torch.cat([pad(b.tokens, 0) for b in encoded])  # padding after the completion is never read
-    targets = torch.cat([pad(b.targets, -100) for b in encoded])
+    tokens, targets = _rows(model, sets)
     device = model.cfg.device
     config = {"model": _model_id(model), "facts": [[f.template, list(f.entities), list(f.answers)] for f in sets],
               "params": names, "epochs": epochs, "lr": lr, "batch_size": batch_size, "seed": seed,

@@ -16,7 +16,8 @@ from tqdm.auto import tqdm
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import check_head, check_layer, hooks
+from interp.hooks import hooks
+from interp.sites import check_head, check_layer
 from interp.interventions import Ablation
 from interp.storage import load_state, save_state
 from interp.masking.mask import HeadMask, MeanOver, check_task, default_reference, interventions, references, sites

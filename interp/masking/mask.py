@@ -12,7 +12,7 @@ from torch import Tensor
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import check_head, check_layer
+from interp.sites import check_head, check_layer
 from interp.interventions import Ablation, Mask, Reference
 from interp.metrics import for_task
 from interp.results import Grid, result

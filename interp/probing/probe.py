@@ -132,46 +132,17 @@ def check_model(model, masks: dict[str, Tensor], meta: dict[str, Any]) -> None:
                           f"{meta['fingerprint']}); {model.cfg.model_name} has weights {fingerprint(model)}")
 
 
-def probe(
-    model,
-    tokens: Tensor,
-    metric: Callable[[Tensor], Tensor],
-    scores: WeightScores,
-    *,
-    answer_pos: Tensor | None = None,
-    tolerance: float = 0.05,
-    sparsity: float | None = None,
-    n_groups: int = 10,
-    grouping: str = "row",
-    max_checks: int | None = 64,
-    min_examples: int = 32,
-    progress: bool = True,
-) -> Probe:
+def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: WeightScores, *,
+          answer_pos: Tensor | None = None, tolerance: float = 0.05, sparsity: float | None = None, n_groups: int = 10,
+          grouping: str = "row", max_checks: int | None = 64, min_examples: int = 32, progress: bool = True) -> Probe:
     """Probe the subnetwork that keeps `metric` (logits -> scalar, higher is better) on the
     validation rows `tokens` [batch, pos] within `tolerance`, pruning the lowest `scores` groups
     (see the module docstring). `sparsity`: stop at this pruned fraction (None: as far as the
     tolerance allows). `min_examples`: refuse a validation set smaller than this."""
     start = time.time()
-    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0.0 <= tolerance <= 1.0:
-        raise InterpError(f"tolerance={tolerance!r} must be a number in [0, 1] (the allowed relative drop of the metric)")
-    _check_groups(n_groups, grouping)
-    if tokens.ndim != 2:
-        raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
-    if tokens.shape[0] < min_examples:
-        raise InterpError(f"the validation set has {tokens.shape[0]} examples but at least {min_examples} are asked "
-                          "(min_examples); pass more validation rows or lower min_examples")
-    reach = (n_groups - 1) / n_groups
-    if sparsity is not None and (isinstance(sparsity, bool) or not 0.0 < sparsity <= reach + 1e-9):
-        raise InterpError(f"sparsity={sparsity!r} cannot be reached: with n_groups={n_groups} the probe prunes at "
-                          f"most {reach:.3f} of the weights (every matrix keeps its top group); pass a target in "
-                          f"(0, {reach:.3f}] or more groups")
-    if max_checks is not None and (isinstance(max_checks, bool) or not isinstance(max_checks, int) or max_checks < 1):
-        raise InterpError(f"max_checks={max_checks!r} must be an int >= 1, or None for no cap (the probe runs to its target)")
+    _check_probe(tokens, tolerance, sparsity, n_groups, grouping, max_checks, min_examples)
     lins = linears(model)
-    missing = [n for n, l in lins.items() if n not in scores.norms or scores.norms[n].shape != (l.shape[1],)]
-    if missing:
-        raise InterpError(f"the scores do not cover this model: {len(missing)} of its {len(lins)} weights have no "
-                          f"norms of their input width, e.g. {missing[0]} (were they computed on another model?)")
+    _check_covers(scores, lins)
     names = list(lins)
     group = {n: levels(scores.matrix(model, n), n_groups, grouping) for n in tqdm(names, desc="groups", disable=not progress)}
     rel = {n: _relative_group_scores(scores.matrix(model, n), group[n], n_groups) for n in names}
@@ -199,13 +170,8 @@ def probe(
         # every matrix in play (one left behind by a target's cut at an earlier level catches up)
         active = sorted((n for n in names if n not in kept_whole and pruned[n] <= q), key=lambda n: float(rel[n][q]))
         if sparsity is not None:  # the lowest-scoring matrices first, only as many as reach the target
-            need, have, take = sparsity * total - pruned_count(pruned), 0, []
-            for n in active:
-                if have >= need:
-                    break
-                take.append(n)
-                have += int(sizes[n][pruned[n] : q + 1].sum())
-            active = take
+            active = _enough(active, sparsity * total - pruned_count(pruned), {n: int(sizes[n][pruned[n]: q + 1].sum())
+                                                                                for n in active})
         queue = [active] if active else []
         while queue and (max_checks is None or len(history) < max_checks):
             part = queue.pop(0)
@@ -240,6 +206,43 @@ def probe(
         "labels": {n: lins[n].label for n in names}, "seconds": round(time.time() - start, 2),
     }
     return Probe(masks, {n: 1.0 - float(m.float().mean()) for n, m in masks.items()}, history, meta)
+
+
+def _check_probe(tokens: Tensor, tolerance, sparsity, n_groups: int, grouping: str, max_checks, min_examples: int) -> None:
+    """`probe`'s options, checked before any forward."""
+    if not isinstance(tolerance, (int, float)) or isinstance(tolerance, bool) or not 0.0 <= tolerance <= 1.0:
+        raise InterpError(f"tolerance={tolerance!r} must be a number in [0, 1] (the allowed relative drop of the metric)")
+    _check_groups(n_groups, grouping)
+    if tokens.ndim != 2:
+        raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
+    if tokens.shape[0] < min_examples:
+        raise InterpError(f"the validation set has {tokens.shape[0]} examples but at least {min_examples} are asked "
+                          "(min_examples); pass more validation rows or lower min_examples")
+    reach = (n_groups - 1) / n_groups
+    if sparsity is not None and (isinstance(sparsity, bool) or not 0.0 < sparsity <= reach + 1e-9):
+        raise InterpError(f"sparsity={sparsity!r} cannot be reached: with n_groups={n_groups} the probe prunes at "
+                          f"most {reach:.3f} of the weights (every matrix keeps its top group); pass a target in "
+                          f"(0, {reach:.3f}] or more groups")
+    if max_checks is not None and (isinstance(max_checks, bool) or not isinstance(max_checks, int) or max_checks < 1):
+        raise InterpError(f"max_checks={max_checks!r} must be an int >= 1, or None for no cap (the probe runs to its target)")
+
+
+def _check_covers(scores: WeightScores, lins: dict) -> None:
+    missing = [n for n, l in lins.items() if n not in scores.norms or scores.norms[n].shape != (l.shape[1],)]
+    if missing:
+        raise InterpError(f"the scores do not cover this model: {len(missing)} of its {len(lins)} weights have no "
+                          f"norms of their input width, e.g. {missing[0]} (were they computed on another model?)")
+
+
+def _enough(names: list[str], need: float, adds: dict[str, int]) -> list[str]:
+    """The first of `names` (in order) whose added weights `adds` reach `need`."""
+    have, take = 0, []
+    for n in names:
+        if have >= need:
+            break
+        take.append(n)
+        have += adds[n]
+    return take
 
 
 def _relative_group_scores(score: Tensor, group: Tensor, n_groups: int) -> Tensor:

@@ -37,7 +37,7 @@ from interp.errors import InterpError
 from .base import Task
 from .source import Source
 
-__all__ = ["DOMAINS", "SPLITS", "check_split", "domain_task", "option_accuracy", "option_scores", "suite", "task"]
+__all__ = ["DOMAINS", "SPLITS", "check_split", "check_task_name", "split_items", "domain_task", "option_accuracy", "option_scores", "suite", "task"]
 
 SPLITS = ("val", "test")
 
@@ -127,17 +127,19 @@ def check_split(split: str) -> None:
         raise InterpError(f"split={split!r} is not a domain split; valid: {', '.join(SPLITS)}")
 
 
-def _check_task(domain: str, name: str) -> None:
-    if domain not in DOMAINS:
-        raise InterpError(f"unknown domain {domain!r}; valid: {', '.join(DOMAINS)}")
-    if name not in DOMAINS[domain]:
-        raise InterpError(f"unknown {domain} task {name!r}; valid: {', '.join(DOMAINS[domain])}")
+def check_task_name(domains: dict[str, Any], domain: str, name: str) -> None:
+    """InterpError unless `name` is a task of `domain` in `domains` (domain -> its tasks)."""
+    if domain not in domains:
+        raise InterpError(f"unknown domain {domain!r}; valid: {', '.join(domains)}")
+    if name not in domains[domain]:
+        raise InterpError(f"unknown {domain} task {name!r}; valid: {', '.join(domains[domain])}")
 
 
-def _split_items(items: list, split: str, key: str) -> list:
-    """Items of every other key (in a fixed shuffle seeded by the task's name) are validation items."""
+def split_items(items: list, split: str, seed: str) -> list:
+    """The items of `split`: items of every other key (their first element), in a fixed shuffle
+    seeded by the string `seed`, are validation items, the rest training items."""
     keys = list(dict.fromkeys(it[0] for it in items))
-    random.Random(f"domains/{key}").shuffle(keys)
+    random.Random(seed).shuffle(keys)
     chosen = {k for j, k in enumerate(keys) if (j % 2 == 0) == (split == "val")}
     return [it for it in items if it[0] in chosen]
 
@@ -177,7 +179,7 @@ def task(model: Any, domain: str, name: str, *, split: str = "val", n: int = 32,
     differ on a second asking and gives each of its items once, fewer than `n` rows."""
     from . import bpe
 
-    _check_task(domain, name)
+    check_task_name(DOMAINS, domain, name)
     check_split(split)
     if fmt not in FORMATS:
         raise InterpError(f"fmt={fmt!r} is not a prompt format; valid: {', '.join(FORMATS)}")
@@ -194,7 +196,7 @@ def task(model: Any, domain: str, name: str, *, split: str = "val", n: int = 32,
     src = Source(model, None)
     templates, shots = (_MATCHED if fmt == "matched" else _TEMPLATES)[domain][name]
     items = [(k, slots, ans, t) for k, slots, ans in _items(domain, name) for t in templates]
-    pool = _split_items(items, split, f"{domain}/{name}")
+    pool = split_items(items, split, f"domains/{domain}/{name}")
     if not repeat:
         _need(domain, name, split, len(pool), n)
     rng = random.Random(f"{domain}/{name}/{split}/{seed}")

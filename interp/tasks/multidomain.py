@@ -25,7 +25,7 @@ import torch
 from interp.errors import InterpError
 
 from .base import BOS_ID, EOS_ID, PAD_ID, Task, word_tokenizer
-from .domains import check_split, domain_task
+from .domains import check_split, check_task_name, domain_task, split_items
 
 __all__ = ["DOMAINS", "WORDS", "encode", "suite", "task", "tokenizer", "training_rows"]
 
@@ -97,25 +97,11 @@ def _items(domain: str, name: str) -> list[tuple[str, list[str], str]]:
     raise InterpError(f"no items for {domain}/{name}")
 
 
-def _check(domain: str, name: str) -> None:
-    if domain not in DOMAINS:
-        raise InterpError(f"unknown domain {domain!r}; valid: {', '.join(DOMAINS)}")
-    if name not in DOMAINS[domain]:
-        raise InterpError(f"unknown {domain} task {name!r}; valid: {', '.join(DOMAINS[domain])}")
-
-
-def _split(items: list, split: str, key: str) -> list:
-    keys = list(dict.fromkeys(it[0] for it in items))
-    random.Random(f"multidomain/{key}").shuffle(keys)
-    chosen = {k for j, k in enumerate(keys) if (j % 2 == 0) == (split == "val")}
-    return [it for it in items if it[0] in chosen]
-
-
 def task(domain: str, name: str, *, split: str = "val", n: int = 32, seed: int = 0) -> Task:
     """`n` rows of one task's split; an InterpError when the split has fewer items than `n`."""
-    _check(domain, name)
+    check_task_name(DOMAINS, domain, name)
     check_split(split)
-    pool = _split(_items(domain, name), split, f"{domain}/{name}")
+    pool = split_items(_items(domain, name), split, f"multidomain/{domain}/{name}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InterpError(f"n={n!r} must be a positive int")
     if n > len(pool):
