@@ -329,7 +329,7 @@ def attribute(
     feat_rows, chosen = _feature_rows(bwd, logit_rows, probs, sites, budget, batch_size, progress)
     strings = [str(s) for s in model.to_str_tokens(tokens[0])]
     meta = {
-        "n_layers": n_layers, "prompt": prompt if isinstance(prompt, str) else "".join(strings),
+        "n_layers": n_layers, "prompt": prompt if isinstance(prompt, str) else model.tokenizer.decode(tokens[0].tolist()),
         "baseline": baseline, "drop_bos": bool(skip), "transcoder_layers": sorted(by_layer),
         "n_active_features": n_feat, "max_feature_nodes": max_feature_nodes, "batch_size": batch_size,
         "logit_tokens": {str(int(i)): str(model.tokenizer.decode([int(i)])) for i in ids},

@@ -56,22 +56,26 @@ def _carried(g: AttributionGraph, max_edges: int) -> tuple[list[tuple[int, int, 
 
 
 def _places(g: AttributionGraph, nodes: list[int]) -> tuple[dict[int, tuple[float, float]], float, float]:
-    """x, y of each node; the drawing's width and height."""
+    """x, y of each node; the drawing's width and height. Each position's column is as wide as its
+    fullest layer needs, so the few busy positions do not stretch the rest."""
     n_layers, n_pos = g.meta["n_layers"], len(g.tokens)
     cells: dict[tuple[int, int], list[int]] = {}
     for i in nodes:
         cells.setdefault((int(g.layer[i]), int(g.pos[i])), []).append(i)
-    widest = max((len(v) for (layer, _), v in cells.items() if layer < n_layers), default=1)
-    col = max(72.0, widest * _STEP + 16)
+    widths = [60.0] * n_pos
+    for (layer, pos), members in cells.items():
+        if layer < n_layers:
+            widths[pos] = max(widths[pos], len(members) * _STEP + 16)
+    starts = [_LEFT + sum(widths[:p]) for p in range(n_pos)]
     n_logits = len(cells.get((n_layers, n_pos - 1), []))
-    width = _LEFT + n_pos * col + max(0.0, n_logits * 58.0 - col) + 16
+    width = max(_LEFT + sum(widths), _LEFT + n_logits * 58.0) + 16
     height = _TOP + (n_layers + 2) * _ROW + 30
     out = {}
     for (layer, pos), members in cells.items():
         y = _TOP + (n_layers - layer) * _ROW  # logits (layer n_layers) on top, tokens (-1) at the bottom
         step = 58.0 if layer == n_layers else _STEP
-        x0 = _LEFT + pos * col + col / 2 - step * (len(members) - 1) / 2
-        if layer == n_layers:
+        x0 = starts[pos] + widths[pos] / 2 - step * (len(members) - 1) / 2
+        if layer == n_layers:  # the logits may spread past their column: keep them on the canvas
             x0 = max(_LEFT + 30, min(x0, width - 30 - step * (len(members) - 1)))
         for j, i in enumerate(members):
             out[i] = (x0 + j * step, y)
@@ -181,6 +185,8 @@ _JS = """
     if (g && !(ev.relatedTarget && g.contains(ev.relatedTarget))) { tip.style.display = "none"; }
   });
   show(data.initial);
+  var canvas = root.querySelector(".canvas");
+  canvas.scrollLeft = canvas.scrollWidth;  // the answer is computed at the last position: start there
 })();
 """
 
