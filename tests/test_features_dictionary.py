@@ -138,3 +138,31 @@ def test_loads_a_file_in_saelens_layout(tmp_path):
         load_saelens(tmp_path / "s")
     with pytest.raises(InterpError, match="cfg.json"):
         load_saelens(tmp_path)
+
+
+def test_suite_trains_scores_and_renders_its_doc(tmp_path, monkeypatch):
+    """The committed pipeline end to end at a tiny budget: train (into $INTERP_CACHE), score into one
+    JSON, render docs/features.md's zoo regions from it, every number bound to its key."""
+    from dataclasses import replace
+
+    from interp.features import suite
+    from interp.studies import docs as bound
+    from interp.studies.features_doc import bodies
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    tiny = replace(suite.SUITES["zoo"], budgets={"quick": Recipe(n_features=64, k=4, lr=3e-3, tokens=1500, rows=16)},
+                   zoo_rows=400, eval_rows=32, fit_rows=200)
+    monkeypatch.setitem(suite.SUITES, "zoo", tiny)
+    suite.train_suite("zoo", "quick", progress=False)
+    assert len(suite.load_dictionaries("zoo", "quick")) == 5 and suite.folder("zoo", "quick").is_relative_to(tmp_path)
+    data = suite.score_all(["zoo"], "quick")
+    rows = data["zoo"]["dictionaries"]
+    assert [r["layer"] for r in rows] == [0, 1, 2, 3, 1] and [r["kind"] for r in rows][-1] == "sae"
+    assert all(-1 <= r["fve_control"] <= 1 for r in rows)
+    assert rows[0]["ce_zero"] > rows[0]["ce_clean"] + 1 and rows[-1]["ce_zero"] > rows[-1]["ce_clean"] + 1  # layer 0's MLP, the residual
+    assert data["budget"]["zoo"]["tokens"] == 1500 and data["zoo"]["trained"]["finished"]
+    regions = bodies(data)
+    doc = "".join(f"<!-- gen:{k} -->\n{v}\n<!-- /gen:{k} -->\n" for k, v in regions.items())
+    assert set(regions) == {"zoo-summary", "zoo-table"} and bound.check(doc, data) == []
+    bound.set_at(data, "/zoo/dictionaries/0/fve", rows[0]["fve"] * 1.01 + 0.01)
+    assert bound.check(doc, data)  # a changed number no longer checks

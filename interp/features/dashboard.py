@@ -19,13 +19,14 @@ _STYLE = """<style>
 .fdash { font-family: system-ui, sans-serif; font-size: 13px; }
 .fdash .feature { border-top: 1px solid #ddd; padding: 6px 0; }
 .fdash .ctx { font-family: ui-monospace, monospace; white-space: pre; margin: 2px 0; }
-.fdash .tok { border-radius: 2px; }
+.fdash .tok { border-radius: 2px; border-right: 1px solid #e4e4e4; }  /* token boundaries: word-level tokens carry no spaces */
 .fdash .at { outline: 1px solid #c00; }
 .fdash .val { color: #666; display: inline-block; width: 5em; }
 </style>"""
 
 
 def _token(text: str, act: float, top: float, center: bool) -> str:
+    act = act + 0.0  # -0.0 (a JumpReLU's masked negative) shown as 0
     alpha = 0.0 if top <= 0 else max(0.0, min(1.0, act / top))
     cls = "tok at" if center else "tok"
     shown = html.escape(text.replace("\n", "\u21b5"))  # a newline token shown as one glyph

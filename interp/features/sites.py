@@ -165,9 +165,12 @@ class TopExamples:
 
 def _token_strings(model, ids: Sequence[int]) -> list[str]:
     tok = getattr(model, "tokenizer", None)
-    if tok is not None:
-        return [tok.decode([int(i)]) for i in ids]
-    return [str(int(i)) for i in ids]
+    if tok is None:
+        return [str(int(i)) for i in ids]
+    parts = [tok.decode([int(i)]) for i in ids]
+    if len(parts) > 1 and "".join(parts) != tok.decode([int(i) for i in ids]) == " ".join(parts):
+        return [p + " " for p in parts]  # a word-level tokenizer: decoding puts spaces between tokens
+    return parts
 
 
 def top_examples(model, tokens: Tensor, dictionary: Dictionary, *, valid: Tensor | None = None,
