@@ -17,9 +17,11 @@ from torch import Tensor
 from interp.errors import InterpError
 from interp.tensors import PerExample
 
-__all__ = ["Metric", "accuracy", "answer_logits", "binary_accuracy", "for_task", "kl", "logit_diff", "normalized", "prob", "token_ids"]
+__all__ = ["TASK_METRICS", "Metric", "accuracy", "answer_logits", "binary_accuracy", "for_task", "kl", "logit_diff", "normalized", "prob", "token_ids"]
 
 Metric = Callable[[Tensor], Tensor]
+# the metrics a task names (`Task.metric`, `for_task(task, name)`, a sweep's `metric` key)
+TASK_METRICS: tuple[str, ...] = ("logit_diff", "prob", "accuracy", "binary_accuracy")
 
 
 def answer_logits(
@@ -90,7 +92,7 @@ def for_task(task, name: str | None = None) -> Metric:
         "binary_accuracy": lambda lg: binary_accuracy(lg, c, i, p),
     }
     if name not in per_example:
-        raise InterpError(f"metric {name!r} is not one of {sorted(per_example)}")
+        raise InterpError(f"metric {name!r} is not one of {TASK_METRICS}")
     fn = per_example[name]
     return lambda logits: fn(logits).mean()
 

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from interp.interventions import ABLATIONS
+from interp.metrics import TASK_METRICS as METRICS
 from interp.results import Grid
 from interp.sweep_store import Store
 
@@ -24,8 +26,6 @@ __all__ = ["ABLATIONS", "COMMON_KEYS", "KINDS", "METRICS", "VERSION", "Job", "Jo
 
 COMMON_KEYS = {"name": str, "kind": str, "model": str, "models": list, "task": str, "split": str, "n": int, "seed": int,
                "metric": str}
-ABLATIONS = ("mean", "zero", "resample")
-METRICS = ("logit_diff", "prob", "accuracy", "binary_accuracy")
 # bump when a job's code changes what it computes: every key changes with it
 VERSION = 1
 
@@ -58,7 +58,7 @@ def _check_activation(exp):
 
 
 def _check_ablation(exp):
-    return None if exp.get("ablation", "mean") in ABLATIONS else ("ablation", "must be 'mean', 'zero' or 'resample'")
+    return None if exp.get("ablation", "mean") in ABLATIONS else ("ablation", f"must be one of {', '.join(ABLATIONS)}")
 
 
 def _check_mask(exp):

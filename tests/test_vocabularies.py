@@ -1,0 +1,46 @@
+"""Each vocabulary is defined once (issue 29): the CLI keeps its own copies of the option lists
+only so that `interp --help` imports no torch, and this test holds every copy to its definition."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from interp import metrics, sweep, tasks
+from interp.circuits import circuit
+from interp.cli import REPROS, build_parser
+from interp.errors import InterpError
+from interp.interventions import ABLATIONS
+from interp.steering import axes
+from interp.steering.generate import POSITIONS  # (interp.steering.generate is also the function)
+from interp.studies import STUDIES
+
+
+def _choices(command: str, option: str) -> list:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    return list(next(a for a in sub._actions if option in a.option_strings or a.dest == option).choices)
+
+
+@pytest.mark.parametrize("command, option, vocabulary", [
+    ("sweep", "--executor", list(sweep.EXECUTORS)),
+    ("steer", "--mode", list(axes.MODES)),
+    ("steer", "--positions", list(POSITIONS)),
+    ("circuit", "--ablation", list(circuit.ABLATIONS)),
+    ("repro", "name", sorted({*STUDIES, "circuits"})),
+])
+def test_the_cli_offers_exactly_the_vocabulary(command, option, vocabulary):
+    assert _choices(command, option) == vocabulary
+    assert sorted(REPROS) == sorted({*STUDIES, "circuits"})
+
+
+def test_sweeps_read_the_one_list_of_ablations_metrics_and_kinds(english_dirs):
+    from interp import sweep_jobs
+
+    assert sweep_jobs.ABLATIONS is ABLATIONS and sweep_jobs.METRICS is metrics.TASK_METRICS
+    assert sweep.KINDS is sweep_jobs.KINDS
+    task = tasks.make("ioi", split="test", n=2, seed=0)
+    for name in metrics.TASK_METRICS:
+        assert callable(metrics.for_task(task, name))
+    with pytest.raises(InterpError, match="is not one of"):
+        metrics.for_task(task, "rank")
