@@ -38,6 +38,7 @@ from interp.features.attribute import Hold, frozen
 from interp.features.graph_view import graph_html
 from interp.features.suite import SUITES, load_dictionaries
 from interp.interventions import Patch
+from interp.sites import layer_of
 from interp.storage import write_text_atomic
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "attribution_graphs.md"
@@ -51,7 +52,7 @@ PROMPTS = {
 
 def transcoders_of(name: str, budget: str) -> list[Dictionary]:
     ds = load_dictionaries(name, budget)
-    return sorted((d for d in ds.values() if d.kind == "transcoder"), key=lambda d: d.site_out)
+    return sorted((d for d in ds.values() if d.kind == "transcoder"), key=lambda d: layer_of(d.site_out))  # by layer, not name
 
 
 def random_like(model, tokens: torch.Tensor, tcs: list[Dictionary], seed: int = 0) -> list[Dictionary]:
