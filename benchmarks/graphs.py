@@ -197,7 +197,7 @@ def write_doc(data: dict, doc: Path) -> Path:
               "replacement | random: completeness |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ablation = ["| model | prompt | layer | feature | position | activation | direct effect (graph) | change when removed: "
                 "replacement model | real model |", "|---|---|---|---|---|---|---|---|---|"]
-    timing = ["| model | prompt | total (s) | forward (s) | backward (s) |", "|---|---|---|---|---|"]
+    timing = ["| model | prompt | total (s) | forward (s) | backward (s) | ranking (s) |", "|---|---|---|---|---|---|"]
     paths, export = [], []
     for m, entry in data["models"].items():
         for k, e in entry["prompts"].items():
@@ -231,7 +231,7 @@ def write_doc(data: dict, doc: Path) -> Path:
             paths.append(f"- `{m}`, {k}: " + " → ".join(steps))
             r = rs["timing"]
             timing.append(f"| `{m}` | {k} | {r.num(at('seconds', 'total'))} | {r.num(at('seconds', 'forward'))} | "
-                          f"{r.num(at('seconds', 'backward'))} |")
+                          f"{r.num(at('seconds', 'backward'))} | {r.num(at('seconds', 'ranking'))} |")
             r = rs["export"]
             equal = "equal" if e["neuronpedia"]["loads_back_equal"] else "NOT equal"
             export.append(f"- `{m}`, {k}: {r.int(at('neuronpedia', 'nodes'))} nodes, "

@@ -257,27 +257,32 @@ class _Backward:
 
 
 def _feature_rows(bwd: _Backward, logit_rows: Tensor, probs: Tensor, sites: dict[int, str], budget: int,
-                  batch: int, progress: bool) -> tuple[Tensor, Tensor]:
-    """(rows [features, sources], chosen [features]): all features' rows, or `budget` of them taken
-    most influential first through the rows known so far (circuit-tracer's order)."""
+                  batch: int, progress: bool, rank_every: int = 4) -> tuple[Tensor, Tensor, float]:
+    """(rows [features, sources], chosen [features], seconds ranking): all features' rows, or
+    `budget` of them taken most influential first through the rows known so far, the ranking redone
+    every `rank_every` batches (circuit-tracer's order and its update interval)."""
     src = bwd.src
     n_feat, n_src = src.n_features, logit_rows.shape[1]
     rows, chosen = torch.zeros(n_feat, n_src), torch.zeros(n_feat, dtype=torch.bool)
+    ranking = 0.0
     bar = tqdm(total=budget, desc="feature rows", disable=not progress or budget <= batch)
     while int(chosen.sum()) < budget:
         if budget == n_feat:
-            todo = torch.nonzero(~chosen).flatten()[:batch]
+            queue = torch.nonzero(~chosen).flatten()
         else:
+            t = time.perf_counter()
             known = torch.nonzero(chosen).flatten()
             row_node = torch.cat([torch.arange(n_src, n_src + len(probs)), known])
             inf = _partial_influence(torch.cat([logit_rows, rows[known]]), row_node, probs, n_src + len(probs))
             order = torch.argsort(inf[:n_feat], descending=True)
-            todo = order[~chosen[order]][: min(batch, budget - int(chosen.sum()))]
-        rows[todo] = bwd.rows_of([(sites[int(src.layer[i])], int(src.pos[i]), src.input_vector(i)) for i in todo.tolist()])
-        chosen[todo] = True
-        bar.update(len(todo))
+            queue = order[~chosen[order]][: min(rank_every * batch, budget - int(chosen.sum()))]
+            ranking += time.perf_counter() - t
+        for todo in queue.split(batch):
+            rows[todo] = bwd.rows_of([(sites[int(src.layer[i])], int(src.pos[i]), src.input_vector(i)) for i in todo.tolist()])
+            chosen[todo] = True
+            bar.update(len(todo))
     bar.close()
-    return rows, chosen
+    return rows, chosen, ranking
 
 
 def attribute(
@@ -326,14 +331,14 @@ def attribute(
                             for i in range(0, len(ids), batch_size)])
     n_feat = src.n_features
     budget = n_feat if max_feature_nodes is None else max(0, min(int(max_feature_nodes), n_feat))
-    feat_rows, chosen = _feature_rows(bwd, logit_rows, probs, sites, budget, batch_size, progress)
+    feat_rows, chosen, ranking = _feature_rows(bwd, logit_rows, probs, sites, budget, batch_size, progress)
     strings = [str(s) for s in model.to_str_tokens(tokens[0])]
     meta = {
         "n_layers": n_layers, "prompt": prompt if isinstance(prompt, str) else model.tokenizer.decode(tokens[0].tolist()),
         "baseline": baseline, "drop_bos": bool(skip), "transcoder_layers": sorted(by_layer),
         "n_active_features": n_feat, "max_feature_nodes": max_feature_nodes, "batch_size": batch_size,
         "logit_tokens": {str(int(i)): str(model.tokenizer.decode([int(i)])) for i in ids},
-        "seconds": {"total": time.perf_counter() - t0, "forward": t_fwd, "backward": bwd.seconds},
+        "seconds": {"total": time.perf_counter() - t0, "forward": t_fwd, "backward": bwd.seconds, "ranking": ranking},
     }
     return _assemble(src, feat_rows, chosen, logit_rows, ids, probs, tokens[0].cpu(), strings, model_label(model), meta)
 
