@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from interp.model import hf_config, hf_model_class, save_model_dir, user_zoo_dir
+from interp.model import user_zoo_dir
+from interp.model.building import hf_config, hf_model_class, save_model_dir
 from interp.tasks import PAD_ID, dyck, english, markov, modular, multidomain, pad_rows
 from interp.errors import InterpError
 
