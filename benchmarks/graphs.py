@@ -144,6 +144,7 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=str(JSON))
     p.add_argument("--html-dir", default="out/graphs")
     p.add_argument("--doc", action="store_true", help="only render the doc from the JSON")
+    p.add_argument("--cross-check", default=None, help="the JSON of benchmarks/graphs_circuit_tracer.py compare, merged in")
     args = p.parse_args(argv)
     warnings.filterwarnings("ignore", message=".*hook_scale.*")  # the bridge's note on held norm scales
     if not args.doc:
@@ -173,6 +174,10 @@ def main(argv=None) -> None:
                 print(name, key, json.dumps(entry["prompts"][key]["scores"]), flush=True)
             out["models"][suite.model] = entry
             write_text_atomic(args.out, json.dumps(out, indent=1) + "\n")
+    if args.cross_check:
+        out = json.loads(Path(args.out).read_text())
+        out["circuit_tracer_check"] = json.loads(Path(args.cross_check).read_text())
+        write_text_atomic(args.out, json.dumps(out, indent=1) + "\n")
     if Path(args.out).resolve() == JSON:
         write_doc(json.loads(JSON.read_text()), DOC)
 
@@ -186,7 +191,7 @@ def write_doc(data: dict, doc: Path) -> Path:
     a region takes the keys of the numbers rendered since the last one)."""
     from interp.studies.docs import Render, pointer, write
 
-    rs = {k: Render(data) for k in ("setup", "scores", "ablation", "paths", "timing", "export")}
+    rs = {k: Render(data) for k in ("setup", "scores", "ablation", "paths", "timing", "export", "crosscheck")}
     setup = ["| model | transcoders | features each | trained on (tokens) |", "|---|---|---|---|"]
     r = rs["setup"]
     for m in data["models"]:
@@ -237,6 +242,15 @@ def write_doc(data: dict, doc: Path) -> Path:
             export.append(f"- `{m}`, {k}: {r.int(at('neuronpedia', 'nodes'))} nodes, "
                           f"{r.int(at('neuronpedia', 'links'))} links; loaded back: {equal} to the pruned graph")
     bodies = {"setup": setup, "scores": scores, "ablation": ablation, "paths": paths, "timing": timing, "export": export}
+    if "circuit_tracer_check" in data:
+        r, at = rs["crosscheck"], lambda *k: pointer("circuit_tracer_check", *k)  # noqa: E731
+        bodies["crosscheck"] = [
+            f"On {r.int(at('nodes'))} nodes (the same nodes in both graphs), the largest difference of an edge from a feature, "
+            f"an error or into a logit is {r.num(at('max_abs_diff'))} (largest edge {r.num(at('max_abs_entry'))}; relative L1 "
+            f"difference {r.num(at('relative_l1_diff'))}). Scores: circuit-tracer {r.num(at('circuit_tracer_scores', 'replacement'))} "
+            f"/ {r.num(at('circuit_tracer_scores', 'completeness'))}, interp {r.num(at('interp_scores', 'replacement'))} / "
+            f"{r.num(at('interp_scores', 'completeness'))} (replacement / completeness); token columns differ by up to "
+            f"{r.num(at('token_columns_max_abs_diff'))}, by definition (below)."]
     return write(doc, {k: rs[k].region("\n".join(v)) for k, v in bodies.items()})
 
 
