@@ -161,3 +161,27 @@ def test_cache_and_grad_at_answer_positions_only(tiny_models, family):
         grads.append(torch.autograd.grad(read(logits), [live[n] for n in names]))
     for a, b in zip(*grads):
         assert torch.allclose(a, b, atol=1e-6) and a.abs().max() > 0
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_observe_streams_what_cache_records_and_leaves_no_hook(family, tiny_models):
+    model = tiny_models[family]
+    clean, _ = _pair(model)
+    names = ["blocks.0.hook_resid_pre", "blocks.1.attn.hook_z"]
+    logits, acts = run.cache(model, clean, names)
+    seen: dict[str, list] = {}
+    with torch.no_grad(), run.observe(model, names, lambda n, a: seen.setdefault(n, []).append(a), logits_at=2):
+        first = model(clean)
+    assert sorted(seen) == names and all(len(v) == 1 for v in seen.values())
+    for n in names:
+        assert torch.equal(seen[n][0], acts[n])
+    assert first.shape == (clean.shape[0], 1, logits.shape[-1])  # only position 2 was unembedded
+    assert torch.allclose(first[:, 0], logits[:, 2], atol=1e-5)
+    assert not any(hp.has_hooks() for hp in model.hook_dict.values())
+    at = torch.tensor([1, 4, 6][: clean.shape[0]])  # one position per row, as a loss reads the answer
+    with torch.no_grad(), run.intervened(model, (), logits_at=at):
+        per_row = model(clean)
+    assert torch.allclose(per_row[:, 0], logits[torch.arange(clean.shape[0]), at], atol=1e-5)
+    with pytest.raises(RuntimeError), run.observe(model, names, lambda n, a: None):
+        raise RuntimeError("a failing body")
+    assert not any(hp.has_hooks() for hp in model.hook_dict.values())  # removed even on error

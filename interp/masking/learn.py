@@ -16,7 +16,6 @@ from tqdm.auto import tqdm
 
 from interp import run
 from interp.errors import InterpError
-from interp.hooks import hooks
 from interp.sites import check_head, check_layer
 from interp.interventions import Ablation
 from interp.storage import load_state, save_state
@@ -59,15 +58,6 @@ def deterministic_gates(log_alpha: Tensor, n_zeros: int) -> Tensor:
     if n_zeros > 0:
         soft[soft.argsort()[:n_zeros]] = 0.0
     return (soft > 0).float()
-
-
-def _answer_only(positions: Tensor):
-    """unembed.hook_in: keep one position per row, so the unembedding runs only where the loss reads."""
-
-    def hook_fn(act: Tensor, *, hook) -> Tensor:
-        return act[torch.arange(act.shape[0], device=act.device), positions.to(act.device)][:, None]
-
-    return hook_fn
 
 
 def _unit_index(model, units: Sequence[tuple[int, int | str]], include_mlps: bool, what: str) -> list[int]:
@@ -298,7 +288,7 @@ def learn_masks(
             batch_refs = {k: r.rows(rows) for k, r in refs.items()}
             at = task.answer_pos[rows]
             # the loss reads one position per row: unembed only there (a large part of a step on a big vocabulary)
-            with run.intervened(model, interventions((heads, mlps), batch_refs)), hooks(model, [("unembed.hook_in", _answer_only(at))]):
+            with run.intervened(model, interventions((heads, mlps), batch_refs), logits_at=at):
                 logits = model(task.clean[rows])
             logq = logits[:, 0].float().log_softmax(-1)
             kl_rows = F.kl_div(logq, full_logp[rows], log_target=True, reduction="none").sum(-1)

@@ -1,5 +1,5 @@
 """Weight-activation scores: |W_ij| * ||X_j||_2 (Wanda, Sun et al. 2023) for every linear weight of
-the attention and MLP blocks, from input norms gathered by hooks in one pass over probe data.
+the attention and MLP blocks, from input norms gathered in one pass over probe data (`interp.run.observe`).
 
     linears(model)                       {parameter name: Linear} (its layer, kind and input hook)
     input_norms(model, tokens, ...)      one pass: ||X_j||_2 of every linear layer's input
@@ -21,7 +21,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp.errors import InterpError
-from interp.hooks import hook_groups, hooks
+from interp import run
+from interp.hooks import hook_groups
 from interp.results import result
 
 __all__ = ["KINDS", "Linear", "WeightScores", "fingerprint", "input_norms", "linears", "magnitude", "random_scores", "wanda"]
@@ -158,20 +159,15 @@ def input_norms(model, tokens: Tensor, *, answer_pos: Tensor | None = None, chun
     sums: dict[str, Tensor] = {}
     rows: dict[str, Tensor] = {}
 
-    def accumulate(site: str):
-        def hook_fn(act: Tensor, *, hook) -> None:
-            x = act.detach().flatten(2).float()  # [batch, pos, in] (attn.o: heads * d_head)
-            m = rows["valid"].to(x.device, x.dtype)[..., None]
-            part = (x * x * m).sum((0, 1))
-            sums[site] = part if site not in sums else sums[site] + part
-
-        return hook_fn
+    def accumulate(site: str, act: Tensor) -> None:
+        x = act.flatten(2).float()  # [batch, pos, in] (attn.o: heads * d_head)
+        m = rows["valid"].to(x.device, x.dtype)[..., None]
+        part = (x * x * m).sum((0, 1))
+        sums[site] = part if site not in sums else sums[site] + part
 
     device = model.cfg.device
-    # the unembedding reads no scored weight: one position of it is run (a large vocabulary's
-    # unembedding costs as much as the blocks)
-    first_only = ("unembed.hook_in", lambda act, *, hook: act[:, :1])
-    with torch.no_grad(), hooks(model, [(s, accumulate(s)) for s in sites] + [first_only]):
+    # the unembedding reads no scored weight: one position of it is run
+    with torch.no_grad(), run.observe(model, sites, accumulate, logits_at=0):
         for i in tqdm(range(0, batch, chunk), desc="input norms", disable=not progress):
             rows["valid"] = valid[i : i + chunk]
             width = int(rows["valid"].any(0).nonzero().max()) + 1  # positions past every answer are not run

@@ -7,6 +7,8 @@ error, and a model handed in comes back unchanged.
     intervened(model, interventions, start=0)   context: the body runs under them
     logits(model, tokens, interventions)         one forward
     cache(model, tokens, names, interventions)   one forward, recording activations
+    observe(model, names, see)                   context: activations streamed to see(name, act)
+                                                 as they arrive (reduced by the caller, not kept)
     with_grad(model, tokens, names, interventions)  one forward whose recorded activations are
                                                  in the autograd graph (for attribution)
     natively(model, hf, interventions, record=names)  context: the bridge's HF model without the
@@ -24,7 +26,7 @@ earlier positions come from the base run's KV cache, and their logits are the ba
 Variants with weight edits run with those weights, each group of equal edits on its own base run.
 
 The package, by role: `runner` (one forward under interventions: `intervened`, `logits`, `cache`,
-`with_grad`, `reference`), `batched` (`evaluate`: many variants side by side), `planner` (which
+`with_grad`, `observe`, `reference`), `batched` (`evaluate`: many variants side by side), `planner` (which
 variants share a forward: `plan_forwards`, `forward_cost`), `hf_hooks` (`natively`: the same
 interventions on the bridge's HF model with no bridge). Import the names from `interp.run`.
 """
@@ -34,9 +36,9 @@ from __future__ import annotations
 from interp.run.batched import evaluate, scalar
 from interp.run.hf_hooks import natively, natively_possible
 from interp.run.planner import FORWARD_COST, forward_cost, plan_forwards
-from interp.run.runner import Variant, cache, intervened, logits, reference, with_grad
+from interp.run.runner import Variant, cache, intervened, logits, observe, reference, with_grad
 
 __all__ = [
-    "FORWARD_COST", "Variant", "cache", "evaluate", "forward_cost", "intervened", "logits", "natively", "natively_possible", "plan_forwards",
-    "reference", "scalar", "with_grad",
+    "FORWARD_COST", "Variant", "cache", "evaluate", "forward_cost", "intervened", "logits", "natively", "natively_possible", "observe",
+    "plan_forwards", "reference", "scalar", "with_grad",
 ]

@@ -19,7 +19,7 @@ from interp.hooks import hooks
 from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
 from interp.sites import check_tokens, position_axis
 
-__all__ = ["Item", "Variant", "cache", "checked_answer_pos", "edited", "gather_hook", "intervened", "logits", "reference",
+__all__ = ["Item", "Variant", "cache", "checked_answer_pos", "edited", "gather_hook", "intervened", "logits", "observe", "reference",
            "split_items", "spread", "with_grad"]
 
 Item = Union[Intervention, WeightEdit]
@@ -112,13 +112,15 @@ def edited(model, edits: Sequence[WeightEdit]) -> Iterator[None]:
 
 
 @contextmanager
-def intervened(model, interventions: Variant = (), *, start: int = 0,
-               record: Sequence[str] = ()) -> Iterator[dict[str, Tensor]]:
+def intervened(model, interventions: Variant = (), *, start: int = 0, record: Sequence[str] = (),
+               logits_at: int | Tensor | None = None) -> Iterator[dict[str, Tensor]]:
     """Run the body with `interventions` applied (hooks and weight edits), all removed on exit.
 
     `start` is the absolute position of the first position the body's forwards compute (non-zero
     only for a forward over new tokens on a KV cache, as a generator runs). Yields {name:
-    activation} for the `record` names, kept as they arrive, before any intervention there."""
+    activation} for the `record` names, kept as they arrive, before any intervention there.
+    `logits_at`: unembed only one position per row (the logits are [batch, 1, d_vocab]): an int for
+    every row, or [batch] positions (a loss that reads only the answer position)."""
     acts, edits = split_items(interventions)
     found: dict[str, Tensor] = {}
 
@@ -129,8 +131,37 @@ def intervened(model, interventions: Variant = (), *, start: int = 0,
         return hook_fn
 
     # the records come first in the list, so each reads its site before any intervention there
-    with edited(model, edits), hooks(model, [(n, keep(n)) for n in record] + _hook_list(acts, start)):
+    with edited(model, edits), hooks(model, [(n, keep(n)) for n in record] + _hook_list(acts, start)
+                                     + _unembed_at(logits_at)):
         yield found
+
+
+def _unembed_at(logits_at: int | Tensor | None) -> list[tuple[str, Callable]]:
+    """The unembed.hook_in hook that keeps one position per row (none for None)."""
+    if logits_at is None:
+        return []
+    if isinstance(logits_at, int):
+        return [("unembed.hook_in", lambda act, *, hook: act[:, logits_at : logits_at + 1])]
+    return [("unembed.hook_in", gather_hook(logits_at))]
+
+
+@contextmanager
+def observe(model, names: Sequence[str], see: Callable[[str, Tensor], None], *, logits_at: int | None = None) -> Iterator[None]:
+    """The body's forwards hand every activation at `names` to `see(name, activation)` as it
+    arrives (detached), so a caller can reduce activations as they stream past (sums, norms)
+    instead of keeping them; all hooks are removed on exit, even on error.
+
+    `logits_at`: unembed only that position of each row (the logits are [batch, 1, d_vocab]), for
+    a pass that reads no logits: on a large vocabulary the unembedding costs as much as the blocks."""
+
+    def watch(name: str) -> Callable:
+        def hook_fn(act: Tensor, *, hook) -> None:
+            see(name, act.detach())
+
+        return hook_fn
+
+    with hooks(model, [(n, watch(n)) for n in names] + _unembed_at(logits_at)):
+        yield
 
 
 def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
@@ -257,7 +288,7 @@ def gather_hook(index: Tensor) -> Callable:
 
     def hook_fn(act: Tensor, *, hook) -> Tensor:
         rows = torch.arange(act.shape[0], device=act.device)
-        return act[rows, index.clamp(min=0)][:, None]
+        return act[rows, index.to(act.device).clamp(min=0)][:, None]
 
     return hook_fn
 
