@@ -250,7 +250,14 @@ def write_doc(data: dict, doc: Path) -> Path:
             f"difference {r.num(at('relative_l1_diff'))}). Scores: circuit-tracer {r.num(at('circuit_tracer_scores', 'replacement'))} "
             f"/ {r.num(at('circuit_tracer_scores', 'completeness'))}, interp {r.num(at('interp_scores', 'replacement'))} / "
             f"{r.num(at('interp_scores', 'completeness'))} (replacement / completeness); token columns differ by up to "
-            f"{r.num(at('token_columns_max_abs_diff'))}, by definition (below)."]
+            f"{r.num(at('token_columns_max_abs_diff'))}, by definition (below).",
+            "",
+            f"Pruned at the budget's thresholds, one adjacency (circuit-tracer's) gives "
+            f"{'the same' if data['circuit_tracer_check']['pruning']['same_nodes'] else 'DIFFERENT'} "
+            f"{r.int(at('pruning', 'kept_nodes'))} nodes and "
+            f"{'the same' if data['circuit_tracer_check']['pruning']['same_edges'] else 'DIFFERENT'} "
+            f"{r.int(at('pruning', 'kept_edges'))} edges through interp's `prune` and circuit-tracer's `prune_graph`, "
+            f"with cumulative influences that differ by at most {r.num(at("pruning", "max_influence_diff"))}."]
     return write(doc, {k: rs[k].region("\n".join(v)) for k, v in bodies.items()})
 
 

@@ -10,14 +10,15 @@ interpreters:
         /tmp/ctvenv/lib/python3.11/site-packages/zz_interp.pth && /tmp/ctvenv/bin/pip install --no-deps \\
         circuit-tracer==0.5.0 transformer-lens==2.16.1 transformers==4.57.3 "huggingface-hub<1.0" \\
         "tokenizers<0.23" datasets==3.6.0 fancy_einsum better_abc transformers_stream_generator
-    OMP_NUM_THREADS=1 /tmp/ctvenv/bin/python benchmarks/graphs_circuit_tracer.py compare out/xc [--json F]
+    OMP_NUM_THREADS=1 PYTHONPATH=$PWD /tmp/ctvenv/bin/python benchmarks/graphs_circuit_tracer.py compare out/xc [--json F]
 
 The model: a random GPT-2-family model (2 layers, d_model 32, ReLU MLPs) over the zoo's word
 vocabulary; the transcoders: random ReLU dictionaries of 64 features per layer (so error nodes are
 large and many features fire). Compared: every edge whose source is a feature, an error or a
 logit's input, node for node. Token columns differ by definition: circuit-tracer's token node is
 the token embedding alone (the position embedding is a constant it does not attribute), interp's is
-the residual entering the first block (token + position embedding).
+the residual entering the first block (token + position embedding). Pruning is compared on one
+adjacency (circuit-tracer's): interp's `AttributionGraph.prune` against circuit-tracer's `prune_graph`.
 """
 
 from __future__ import annotations
@@ -86,6 +87,34 @@ def _circuit_tracer_graph(folder: Path, data: dict):
     return attribute(data["tokens"], rm, attribution_targets=torch.tensor([data["answer"]]), batch_size=64), cfg
 
 
+def _pruning(g, theirs, idx, keys, data) -> dict:
+    """Both prunings of the same (circuit-tracer's) adjacency: interp's AttributionGraph.prune and
+    circuit-tracer's prune_graph at 0.8 / 0.98; the kept nodes and edges compared (needs interp on
+    PYTHONPATH)."""
+    from circuit_tracer.graph import prune_graph
+    from interp.features.graph import AttributionGraph
+
+    n = len(keys)
+    prob = torch.zeros(n)
+    prob[-1] = float(g.logit_probabilities[0])
+    same = AttributionGraph(adjacency=theirs, kind=data["kind"], layer=data["layer"], pos=data["pos"], index=data["index"],
+                            activation=torch.zeros(n), prob=prob, tokens=tuple(str(int(t)) for t in data["tokens"]),
+                            meta={"n_layers": 2})
+    ours = same.prune(0.8, 0.98)
+    node_mask, edge_mask, cumulative = prune_graph(g, 0.8, 0.98)
+    kept_theirs = {keys[i] for i in range(n) if bool(node_mask[idx[i]])}
+    where = {x: i for i, x in enumerate(same.ids)}
+    kept_ours = {keys[where[x]] for x in ours.ids}
+    t, s = torch.nonzero(ours.adjacency, as_tuple=True)
+    edges_ours = {(ours.ids[a], ours.ids[b]) for a, b in zip(t.tolist(), s.tolist())}
+    em = edge_mask[idx][:, idx] & node_mask[idx][:, None] & node_mask[idx][None, :] & (theirs != 0)
+    t, s = torch.nonzero(em, as_tuple=True)
+    edges_theirs = {(same.ids[a], same.ids[b]) for a, b in zip(t.tolist(), s.tolist())}
+    inf = torch.tensor([float(cumulative[idx[where[x]]]) for x in ours.ids])
+    return {"kept_nodes": len(kept_ours), "same_nodes": kept_ours == kept_theirs, "kept_edges": len(edges_ours),
+            "same_edges": edges_ours == edges_theirs, "max_influence_diff": float((inf - ours.influence).abs().max())}
+
+
 def compare(folder: Path, out: str | None) -> None:
     from circuit_tracer.graph import compute_graph_scores
 
@@ -107,7 +136,7 @@ def compare(folder: Path, out: str | None) -> None:
               "relative_l1_diff": float(diff.sum() / ours[:, sources].abs().sum()),
               "token_columns_max_abs_diff": float((theirs - ours)[:, ~sources].abs().max()),
               "circuit_tracer_scores": dict(zip(("replacement", "completeness"), compute_graph_scores(g))),
-              "interp_scores": data["scores"]}
+              "interp_scores": data["scores"], "pruning": _pruning(g, theirs, idx, keys, data)}
     print(json.dumps(result, indent=1))
     if out:
         Path(out).write_text(json.dumps(result, indent=1) + "\n")
