@@ -257,7 +257,7 @@ def write_doc(data: dict, doc: Path) -> Path:
             f"{r.int(at('pruning', 'kept_nodes'))} nodes and "
             f"{'the same' if data['circuit_tracer_check']['pruning']['same_edges'] else 'DIFFERENT'} "
             f"{r.int(at('pruning', 'kept_edges'))} edges through interp's `prune` and circuit-tracer's `prune_graph`, "
-            f"with cumulative influences that differ by at most {r.num(at("pruning", "max_influence_diff"))}."]
+            f"with cumulative influences that differ by at most {r.num(at('pruning', 'max_influence_diff'))}."]
     return write(doc, {k: rs[k].region("\n".join(v)) for k, v in bodies.items()})
 
 
