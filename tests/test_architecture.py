@@ -257,10 +257,13 @@ def surfaces(root: Path, limit: int = 15) -> list[tuple[str, str]]:
     found = []
     mods = modules(root)
     for name in capabilities(root):
+        count = 0  # `__all__ = [...]` resets, `__all__ += [...]` adds (a module may grow it section by section)
         for node in ast.parse(mods[name].read_text(encoding="utf-8")).body:
-            if (isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets)
-                    and isinstance(node.value, (ast.List, ast.Tuple)) and len(node.value.elts) > limit):
-                found.append((name, f"exports {len(node.value.elts)} names (over {limit})"))
+            target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+            if getattr(target, "id", None) == "__all__" and isinstance(node.value, (ast.List, ast.Tuple)):
+                count = (count if isinstance(node, ast.AugAssign) else 0) + len(node.value.elts)
+        if count > limit:
+            found.append((name, f"exports {count} names (over {limit})"))
     return found
 
 
@@ -395,3 +398,6 @@ def test_a_planted_capability_with_over_15_names_fails(tmp_path):
                                                    ("pkg.tasks.family", "exports 16 names (over 15)")}
     files = {**CLEAN, "cap/__init__.py": names(15), "tasks/__init__.py": names(3), "tasks/family.py": names(15)}
     assert violations(_plant(tmp_path / "ok", files)) == set()
+    grown = names(10) + "__all__ += ['g0', 'g1', 'g2', 'g3', 'g4', 'g5']\n"  # 16, added section by section
+    assert violations(_plant(tmp_path / "grown", {**CLEAN, "cap/__init__.py": grown})) == {
+        ("pkg.cap", "exports 16 names (over 15)")}
