@@ -31,6 +31,7 @@ from interp.model.loading import (
     ModelNotFoundError,
     describe,
     load,
+    name_of,
     placement,
     quiet_loading,
     resolve,
@@ -49,5 +50,5 @@ from interp.model.resuming import (  # noqa: F401  (importable here for existing
     skipped_blocks,
 )
 
-__all__ = ["DECODER_FAMILIES", "FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "describe", "load", "placement",
+__all__ = ["DECODER_FAMILIES", "FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "describe", "load", "name_of", "placement",
            "quiet_loading", "resolve", "user_zoo_dir", "zoo_dirs", "zoo_path"]

@@ -21,8 +21,8 @@ from interp.errors import InterpError
 from interp.model.building import family_of
 from interp.storage import cache_dir
 
-__all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "load", "placement", "quiet_loading", "resolve", "user_zoo_dir",
-           "zoo_dirs", "zoo_path"]
+__all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "load", "name_of", "placement", "quiet_loading", "resolve",
+           "user_zoo_dir", "zoo_dirs", "zoo_path"]
 
 
 # The shipped zoo: package data, so a wheel carries it. Nothing writes here at run time; models
@@ -281,8 +281,21 @@ def load(
         # Zoo models are trained on BOS-prefixed rows in every family; keep to_tokens consistent.
         bridge.cfg.default_prepend_bos = True
     _quiet_generate(bridge)
+    bridge.cfg.interp_spec = str(spec)  # what name_of shows (cfg.model_name is the folder it booted from)
     bridge.eval()
     return bridge
+
+
+def name_of(model) -> str:
+    """The model's name for results and titles: the spec `load` was given ("smollm2-135m",
+    "zoo:lm-gpt2", or a local folder's name), never the cache folder a real model boots from (its
+    sha256); for a model `load` did not make, the last part of the config's model name."""
+    spec = getattr(model.cfg, "interp_spec", None)
+    if spec is None:
+        return Path(str(getattr(model.cfg, "model_name", "") or type(model).__name__)).name
+    if spec.startswith("zoo:") or not Path(spec).expanduser().is_dir():
+        return spec
+    return Path(spec).expanduser().resolve().name
 
 
 def describe(model) -> dict[str, Any]:

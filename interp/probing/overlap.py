@@ -22,6 +22,7 @@ from torch import Tensor
 
 from interp.errors import InterpError
 from interp.results import Grid
+from interp.model import name_of
 
 from .scores import WeightScores, linears
 
@@ -80,7 +81,7 @@ def overlap(model, scores: Mapping[str, WeightScores], domain_of: Mapping[str, s
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")
     return Grid(values.float(), ("task_a", "task_b"), {"task_a": names, "task_b": names},
                 {"metric": f"jaccard_top{k:g}", "k": k, "within": mean(within), "across": mean(across),
-                 "domains": [domain_of[n] for n in names], "model": model.cfg.model_name})
+                 "domains": [domain_of[n] for n in names], "model": name_of(model)})
 
 
 def within_minus_across(values: Tensor, domains: list[str]) -> float:

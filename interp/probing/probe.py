@@ -40,6 +40,7 @@ from interp.errors import InterpError
 from interp.interventions import WeightMask
 from interp.results import Grid, result
 from interp.run import evaluate
+from interp.model import name_of
 
 from .scores import KINDS, WeightScores, fingerprint, linears
 
@@ -200,7 +201,7 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
     bar.close()
     masks = masks_for(pruned)
     meta = {
-        "model": model.cfg.model_name, "fingerprint": fingerprint(model), "full": full, "threshold": threshold,
+        "model": name_of(model), "fingerprint": fingerprint(model), "full": full, "threshold": threshold,
         "tolerance": tolerance, "target": sparsity, "n_groups": n_groups, "grouping": grouping,
         "examples": int(tokens.shape[0]), "checks": len(history), "stop": stop, "scores": dict(scores.meta),
         "labels": {n: lins[n].label for n in names}, "seconds": round(time.time() - start, 2),

@@ -24,6 +24,7 @@ from interp.errors import InterpError
 from interp import run
 from interp.hooks import hook_groups
 from interp.results import result
+from interp.model import name_of
 
 __all__ = ["KINDS", "Linear", "WeightScores", "fingerprint", "input_norms", "linears", "magnitude", "random_scores", "wanda"]
 
@@ -125,7 +126,7 @@ def magnitude(model) -> WeightScores:
     """|W| alone: the scores of `input_norms` with every norm 1 (the magnitude-only control)."""
     lins = linears(model)
     return WeightScores({n: torch.ones(l.shape[1]) for n, l in lins.items()},
-                        {"kind": "magnitude", "model": model.cfg.model_name, "examples": 0})
+                        {"kind": "magnitude", "model": name_of(model), "examples": 0})
 
 
 def random_scores(model, seed: int = 0) -> WeightScores:
@@ -134,7 +135,7 @@ def random_scores(model, seed: int = 0) -> WeightScores:
     replaced by chance; if it reaches the target and scores as well, the scores found nothing."""
     lins = linears(model)
     return WeightScores({n: torch.ones(l.shape[1]) for n, l in lins.items()},
-                        {"kind": "random", "seed": int(seed), "model": model.cfg.model_name, "examples": 0})
+                        {"kind": "random", "seed": int(seed), "model": name_of(model), "examples": 0})
 
 
 def input_norms(model, tokens: Tensor, *, answer_pos: Tensor | None = None, chunk: int = 32,
@@ -180,7 +181,7 @@ def input_norms(model, tokens: Tensor, *, answer_pos: Tensor | None = None, chun
     for name, l in lins.items():
         if norms[name].shape != (l.shape[1],):
             raise InterpError(f"input of {name} at {l.hook} has width {norms[name].shape[0]}, the weight {l.shape}")
-    return WeightScores(norms, {"kind": "wanda", "model": model.cfg.model_name, "examples": batch,
+    return WeightScores(norms, {"kind": "wanda", "model": name_of(model), "examples": batch,
                                 "tokens": int(valid.sum())})
 
 

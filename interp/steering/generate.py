@@ -20,6 +20,7 @@ from torch import Tensor
 from interp import run
 from interp.errors import InterpError
 from interp.metrics import logit_diff
+from interp.model import name_of
 from interp.model.resuming import kv_cache_kwargs, new_kv_cache
 from interp.native import unwrapped
 from interp.results import Grid
@@ -186,7 +187,7 @@ def generate(
     completions = tuple(model.tokenizer.decode(out[i, width: width + int(n_generated[i])], skip_special_tokens=True).strip()
                         for i in range(batch))
     meta = {"interventions": [str(iv) for iv in steers], "positions": positions, "do_sample": do_sample,
-            "seed": seed, "use_cache": use_cache, "native": hf is not None, "model": getattr(model.cfg, "model_name", "")}
+            "seed": seed, "use_cache": use_cache, "native": hf is not None, "model": name_of(model)}
     projections = _projections(alive, recorded) if record else None
     return Generation(tuple(prompts), completions, out.cpu(), prompt_len.cpu(), n_generated.cpu(), projections, meta)
 
@@ -309,7 +310,7 @@ def axis_from_contrast(model, positive: Sequence[str], negative: Sequence[str], 
     c = projection(torch.cat([x_pos, x_neg]), axis)
     meta = {"method": "diff_means", "n_positive": len(positive), "n_negative": len(negative),
             "separation": float(diff.norm()), "positive_mean": float(projection(x_pos, axis).mean()),
-            "negative_mean": float(projection(x_neg, axis).mean()), "model": getattr(model.cfg, "model_name", "")}
+            "negative_mean": float(projection(x_neg, axis).mean()), "model": name_of(model)}
     return Axis(axis.direction, mean, site, float(c.mean()), float(c.std()), meta)
 
 
@@ -341,4 +342,4 @@ def curve(model, task, axis: Axis, strengths: Sequence[float | int], *, mode: st
     return Grid(values, ("strength", "metric"), (tuple(float(s) for s in strengths), ("logit_diff", "accuracy")),
                 {"task": task.name, "split": task.split, "mode": mode, "site": axis.site, "method": f"steer {mode}",
                  "metric": "task metric", "chart": "lines",
-                 "model": getattr(model.cfg, "model_name", "")})
+                 "model": name_of(model)})
