@@ -270,10 +270,15 @@ def _aggregate(model, spec: str, configs: list[dict[str, Any]], results: list[di
         base = masking.core_baseline(uniq, draws=b["baseline_draws"])
         gen = torch.Generator().manual_seed(1)  # random cores scored alone: the chance control of the core's accuracy
         rand_cores = [masking.heuristic_core([masking.random_like(m, gen) for m in uniq]) for _ in range(b["core_draws"])]
-        core_acc = masking.evaluate(model, [core, *rand_cores], splits, ablation="mean", mean_over=mean_over,
+        # and random sets of the core's own per-layer sizes: what any units that many carry (cores of random
+        # masks are mostly smaller, even empty, so they alone would credit the core for its size)
+        sized = [masking.random_like(core, gen) for _ in range(b["core_draws"])]
+        core_acc = masking.evaluate(model, [core, *rand_cores, *sized], splits, ablation="mean", mean_over=mean_over,
                                     reference=train.clean, progress=False)
-        rand = core_acc.values[2:, :, 0].double()  # [draw, split]
-        q = torch.quantile(rand, torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64), dim=0)  # [3, split]
+        levels = torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)
+        n_rand = len(rand_cores)
+        q = torch.quantile(core_acc.values[2 : 2 + n_rand, :, 0].double(), levels, dim=0)  # [3, split]
+        qs = torch.quantile(core_acc.values[2 + n_rand :, :, 0].double(), levels, dim=0)
         entry["core"] = {
             "heads": [list(h) for h in core.kept_heads()], "mlps": core.kept_mlps(), "units": base["observed_units"],
             "masks": len(uniq), "chance_units_mean": base["null_mean"], "chance_units_q95": base["null_q95"],
@@ -282,6 +287,8 @@ def _aggregate(model, spec: str, configs: list[dict[str, Any]], results: list[di
             "alone": {s: float(core_acc.values[1, j, 0]) for j, s in enumerate(splits)},
             "random_alone": {s: {"draws": len(rand_cores), "q05": float(q[0, j]), "median": float(q[1, j]), "q95": float(q[2, j])}
                              for j, s in enumerate(splits)},
+            "size_matched_alone": {s: {"draws": len(sized), "q05": float(qs[0, j]), "median": float(qs[1, j]), "q95": float(qs[2, j])}
+                                   for j, s in enumerate(splits)},
         }
         draws = b["real_control_draws"] if real else b["control_draws"]
         learned = {s: [acc[m.name][s] for m in uniq] for s in splits}
@@ -436,9 +443,9 @@ def verdicts(model: dict[str, Any], paper_sparsity: float) -> dict[str, dict[str
         "core": judge("the core is larger than the core of random masks with the same per-layer counts (units)",
                       float(s["core"]["units"]) if ok else None, s["core"]["chance_units_mean"] if ok else None, "greater",
                       control_ci=(s["core"]["chance_units_q05"], s["core"]["chance_units_q95"]) if ok else None),
-        "core_id": judge("the core alone keeps more in-distribution accuracy than random cores of the same per-layer sizes",
-                         s["core"]["alone"][idk] if ok else None, s["core"]["random_alone"][idk]["median"] if ok else None,
-                         "greater", control_ci=(s["core"]["random_alone"][idk]["q05"], s["core"]["random_alone"][idk]["q95"]) if ok else None),
+        "core_id": judge("the core alone keeps more in-distribution accuracy than random units of its own per-layer sizes",
+                         s["core"]["alone"][idk] if ok else None, s["core"]["size_matched_alone"][idk]["median"] if ok else None,
+                         "greater", control_ci=(s["core"]["size_matched_alone"][idk]["q05"], s["core"]["size_matched_alone"][idk]["q95"]) if ok else None),
         "core_ood": judge("the core alone does worse out of distribution than the full model (accuracy)",
                           s["core"]["alone"][ood] if ok else None, model["full"][ood] if ok else None, "less", tol=0.05),
     }

@@ -138,10 +138,12 @@ def _reading(r: Render, data: dict[str, Any]) -> str:
                + (f" (the nearest-noun heuristic: {r.num(pointer(*at, 'nearest_noun_heuristic', idk))})" if "nearest_noun_heuristic" in m else "")
                + f" and {r.num(pointer(*sp, 'core', 'alone', oodk))} out of distribution, where the full model scores "
                f"{r.num(pointer(*at, 'full', oodk))}: a core that fails out of distribution is **{r.text(pointer(*at, 'verdicts', 'core_ood', 'word'))}** "
-               f"against the full model. Cores of random masks of the same per-layer sizes, scored alone, reach "
-               f"{r.num(pointer(*sp, 'core', 'random_alone', idk, 'median'))} in distribution (median; 5th–95th percentile "
-               f"{r.num(pointer(*sp, 'core', 'random_alone', idk, 'q05'))}–{r.num(pointer(*sp, 'core', 'random_alone', idk, 'q95'))}), so a "
-               f"core carrying in-distribution behaviour beyond chance is **{r.text(pointer(*at, 'verdicts', 'core_id', 'word'))}**.")
+               f"against the full model. Random units of the core's own per-layer sizes, kept alone, reach "
+               f"{r.num(pointer(*sp, 'core', 'size_matched_alone', idk, 'median'))} in distribution (median; 5th–95th percentile "
+               f"{r.num(pointer(*sp, 'core', 'size_matched_alone', idk, 'q05'))}–{r.num(pointer(*sp, 'core', 'size_matched_alone', idk, 'q95'))}), so "
+               f"a core carrying in-distribution behaviour beyond units of its size is **{r.text(pointer(*at, 'verdicts', 'core_id', 'word'))}**. "
+               f"(The cores of random masks, mostly smaller, reach {r.num(pointer(*sp, 'core', 'random_alone', idk, 'median'))}: "
+               f"a weaker control, reported, not judged.)")
     return " ".join(out)
 
 
