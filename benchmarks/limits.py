@@ -10,7 +10,10 @@ bridge with no other hook, each forward unembedding the answer position only. in
 
 resid_pre x pos (450 cells). The limit: each cell redoes blocks L.. at positions p.. at batch 8 and
 the unembedding at one position, at the per-block-position cost of one full batch-8 forward
-(benchmarks/real.py `limit_costs`, timed in this run). TL runs one full forward per cell: timed on
+(benchmarks/real.py `limit_costs`, timed in this run). interp runs each layer's cells as one packed
+forward on the native blocks (`interp.position_resume`; "path" in the JSON says which path ran).
+With --only, the sections of an existing --out not measured in this run are kept (under "run",
+the date and load of the run that measured them). TL runs one full forward per cell: timed on
 every K-th cell right after interp's sweep and scaled by the cell count; agreement over those cells.
 """
 
@@ -94,7 +97,7 @@ def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
     per_bp, head1, full, body = limit_costs(model, task.clean)
     lim = sum(per_bp * (L - l) * (P - p) + head1 for l, p, _ in todo)
     tl_full = t_t * len(todo) / len(idx)
-    out = {"cells": len(todo), "interp_s": t_i, "limit_s": lim, "interp / limit": t_i / lim, "tl_s (scaled)": tl_full,
+    out = {"cells": len(todo), "path": g.meta["path"], "interp_s": t_i, "limit_s": lim, "interp / limit": t_i / lim, "tl_s (scaled)": tl_full,
            "tl / interp": tl_full / t_i, "tl_cells_timed": len(idx),
            "max_abs_diff_vs_tl": float((g.values.flatten()[idx] - theirs.flatten()).abs().max()),
            "per_block_position_us": per_bp * 1e6, "unembed_1pos_ms": head1 * 1e3, "full_forward_ms": full * 1e3}
@@ -113,7 +116,21 @@ def main() -> None:
         res["attribution"] = attribution(model, task, io, s, args.repeats, not args.no_tl)
     if "resid" in args.only:
         res["resid_pre x pos"] = resid_by_pos(model, task, make_metric(io, s), args.resid_repeats, args.resid_every)
-    finish(res, args.out)
+    finish(keep_other_sections(res, args.out), args.out)
+
+
+def keep_other_sections(res: dict, out: str) -> dict:
+    """`res` plus the sections of an earlier `out` this run did not measure (--only), each with
+    the date and load of the run that measured it under "run"."""
+    if not out or not os.path.exists(out):
+        return res
+    with open(out) as f:
+        old = json.load(f)
+    run = {k: old[k] for k in ("date", "threads", "torch", "load_average_start", "load_average_end") if k in old}
+    for key in ("attribution", "resid_pre x pos"):
+        if key in old and key not in res:
+            res[key] = {**old[key], "run": old[key].get("run", run)}
+    return res
 
 if __name__ == "__main__":
     main()

@@ -16,12 +16,15 @@ block); `interp.run.natively` registers plain PyTorch hooks at those places.
 from __future__ import annotations
 
 import copy
+import inspect
 import re
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
-__all__ = ["NATIVE_SITES", "block_list", "native_site", "unwrapped"]
+__all__ = ["NATIVE_SITES", "Stack", "block_list", "native_site", "packed_mask", "run_blocks", "stack_of", "unembed", "unwrapped"]
 
 # bridge hook name -> (module path under the HF model's block list, "input" or "output")
 NATIVE_SITES = {"hook_resid_pre": "input", "hook_resid_post": "output"}
@@ -83,3 +86,114 @@ def native_site(name: str) -> tuple[int, str] | None:
     """(block index, "input" | "output") of a bridge hook name with an exact native place, else None."""
     m = _SITE.match(name)
     return None if m is None else (int(m.group(1)), NATIVE_SITES[m.group(2)])
+
+
+# --- resumed forwards on the native blocks (position patching) -----------------------------------
+#
+# A forward that begins at block L with the residual of some positions only, their keys and values
+# of earlier positions taken from a recorded run. Several such forwards (say, a resid x position
+# sweep's cells of one layer, each starting at its own position) run as ONE forward: their
+# positions are packed along the sequence axis, and a 4-D mask lets each packed position see the
+# recorded keys before its own segment's start and its own segment's keys up to itself. Every
+# block then does exactly the work of its segments, in one large matrix product per weight.
+
+
+@dataclass(frozen=True)
+class Stack:
+    """The parts of a native causal LM (`unwrapped`) that a resumed forward runs."""
+
+    blocks: torch.nn.ModuleList
+    norm: torch.nn.Module
+    lm_head: torch.nn.Module
+    rotary: torch.nn.Module  # the rotary position embedding (per layer type on Gemma-3)
+    layer_types: tuple[str, ...]  # per block: "full_attention" or "sliding_attention"
+    window: int | None  # the sliding window of "sliding_attention" blocks
+    softcap: float | None  # final logit softcapping (Gemma-2)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+
+def stack_of(native: torch.nn.Module, n_layers: int) -> Stack | None:
+    """The blocks, final norm, unembedding and rotary embedding of a native LLaMA / Qwen2 / Gemma
+    model, or None for a model whose parts are not found where those families keep them. Not GPT-2:
+    under TL 4.3's bridge its HF modules do not compute what the bridge computes (the bridge folds
+    the layer norms into split attention weights of its own; the HF c_attn keeps the unfolded ones)."""
+    inner, head = getattr(native, "model", None), getattr(native, "lm_head", None)
+    if inner is None or head is None:
+        return None
+    blocks, norm, rotary = (getattr(inner, k, None) for k in ("layers", "norm", "rotary_emb"))
+    if not isinstance(blocks, torch.nn.ModuleList) or len(blocks) != n_layers or norm is None or rotary is None:
+        return None
+    cfg = native.config
+    types = tuple(getattr(cfg, "layer_types", None) or ["full_attention"] * n_layers)
+    return Stack(blocks, norm, head, rotary, types, getattr(cfg, "sliding_window", None),
+                 getattr(cfg, "final_logit_softcapping", None))
+
+
+class _Prefix:
+    """Stands in for HF's cache inside the blocks: hands each layer its recorded keys and values of
+    earlier positions ahead of the new ones, and keeps the new ones (what a base run records)."""
+
+    def __init__(self, keys_values: dict[int, tuple[Tensor, Tensor]] | None):
+        self.prefix = keys_values
+        self.new: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def update(self, keys: Tensor, values: Tensor, layer_idx: int, *args, **kwargs) -> tuple[Tensor, Tensor]:
+        self.new[layer_idx] = (keys, values)
+        if self.prefix is None:
+            return keys, values
+        k0, v0 = self.prefix[layer_idx]
+        return torch.cat([k0, keys], 2), torch.cat([v0, values], 2)
+
+
+def packed_mask(starts: list[int], n_prefix: int, n_pos: int, window: int | None, dtype: torch.dtype,
+                device) -> tuple[Tensor, Tensor]:
+    """(additive mask [1, 1, q, n_prefix + q], positions [q]) for segments that cover positions
+    starts[i]..n_pos-1 each, packed one after another (q = their total length). A packed position t
+    of segment i sees the recorded keys 0..starts[i]-1 and its own segment's keys up to t; with a
+    `window`, only keys less than `window` positions back (HF's sliding-window rule)."""
+    pos = torch.cat([torch.arange(s, n_pos, device=device) for s in starts])  # [q]
+    seg = torch.cat([torch.full((n_pos - s,), i, device=device) for i, s in enumerate(starts)])
+    first = torch.tensor(starts, device=device)[seg]  # [q] each position's segment start
+    key_pos = torch.cat([torch.arange(n_prefix, device=device), pos])  # [k]
+    recorded = torch.arange(n_prefix + len(pos), device=device) < n_prefix  # [k]
+    ok = torch.where(recorded[None, :], key_pos[None, :] < first[:, None],
+                     (torch.cat([torch.full((n_prefix,), -1, device=device), seg])[None, :] == seg[:, None])
+                     & (key_pos[None, :] <= pos[:, None]))  # [q, k]
+    if window is not None:
+        ok &= pos[:, None] - key_pos[None, :] < window
+    mask = torch.zeros(ok.shape, dtype=dtype, device=device).masked_fill_(~ok, torch.finfo(dtype).min)
+    return mask[None, None], pos
+
+
+def run_blocks(stack: Stack, layer: int, hidden: Tensor, positions: Tensor, masks: dict[str, Tensor],
+               keys_values: dict[int, tuple[Tensor, Tensor]] | None = None) -> tuple[Tensor, list[Tensor], _Prefix]:
+    """Blocks layer.. of `stack` on `hidden` [batch, q, d_model] at absolute `positions` [q] under
+    `masks` (per layer type, from `packed_mask`), with `keys_values` ({block's layer_idx: (keys,
+    values)}, each [batch, kv_head, n_prefix, d_head]) ahead of the new keys. Returns (the last block's output, each block's input
+    [from `layer` on], the cache holding each block's new keys and values)."""
+    cache = _Prefix(keys_values)
+    ids = positions[None].expand(hidden.shape[0], -1)
+    embeddings: dict[str, tuple[Tensor, Tensor]] = {}
+    inputs = []
+    for i in range(layer, len(stack)):
+        kind = stack.layer_types[i]
+        kwargs: dict = {"attention_mask": masks[kind], "cache": cache, "use_cache": True}
+        if kind not in embeddings:
+            takes_kind = "layer_type" in inspect.signature(stack.rotary.forward).parameters
+            embeddings[kind] = stack.rotary(hidden, ids, kind) if takes_kind else stack.rotary(hidden, ids)
+        kwargs.update(position_embeddings=embeddings[kind], position_ids=ids)
+        inputs.append(hidden)
+        out = stack.blocks[i](hidden, **kwargs)
+        hidden = out[0] if isinstance(out, tuple) else out
+    return hidden, inputs, cache
+
+
+def unembed(stack: Stack, hidden: Tensor) -> Tensor:
+    """Logits of final-block outputs [..., d_model] -> [..., d_vocab] (final norm, unembedding, and
+    Gemma-2's softcapping)."""
+    logits = stack.lm_head(stack.norm(hidden))
+    if stack.softcap:
+        logits = torch.tanh(logits / stack.softcap) * stack.softcap
+    return logits

@@ -30,7 +30,7 @@ from typing import Literal, Sequence
 import torch
 from torch import Tensor
 
-from interp import run
+from interp import position_resume, run
 from interp.errors import InterpError
 from interp.interventions import Patch
 from interp.metrics import Metric, for_task
@@ -249,16 +249,23 @@ def activation_patch(
         variants = [[Patch(names[l], sources[(l, keys[p])], head=h)] for l, p, h in todo]
         labels = tuple(tuple(keys) if i == p_axis else ls for i, ls in enumerate(labels))
     else:
-        base_logits, _ = run.cache(model, base, [], answer_pos=answer_pos)
+        base_logits, base_acts = run.cache(model, base, names if by_pos else [], answer_pos=answer_pos)
         variants = [[Patch(names[l], source_acts[names[l]], pos=p, head=h)] for l, p, h in todo]
     clean_logits, corrupt_logits = (source_logits, base_logits) if direction == "denoise" else (base_logits, source_logits)
-    values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
-                          answer_pos=answer_pos, progress=progress, desc=f"patch {site}")
+    values = None
+    if position_resume.applies(model, site, by_pos, mode):  # each cell from its block and position, packed per layer
+        values = position_resume.resid_pre_by_pos(model, [base_acts[n] for n in names], [source_acts[n] for n in names],
+                                                  metric, base_logits, answer_pos, cap=variants_per_forward,
+                                                  progress=progress)
+    path = "runner" if values is None else "native packed"  # meta says which ran (the packed path may decline)
+    if values is None:
+        values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
+                              answer_pos=answer_pos, progress=progress, desc=f"patch {site}")
     grid = Grid(
         values.view(shape),
         axes,
         labels,
-        {"method": "activation_patch", "site": site, "direction": direction, "by_pos": by_pos,
+        {"method": "activation_patch", "site": site, "direction": direction, "by_pos": by_pos, "path": path,
          "clean_metric": run.scalar(metric, clean_logits, "clean"),
          "corrupt_metric": run.scalar(metric, corrupt_logits, "corrupt"), **info,
          **({"positions": mode} if by_pos and task is not None and task.positions else {})},

@@ -1,0 +1,126 @@
+"""resid_pre x position patching resumed per cell and packed per layer (interp.position_resume):
+the same numbers as the per-cell runner path and as TransformerLens, on a zoo model of each family
+it runs natively; a clean fall-back where it cannot apply."""
+
+import dataclasses
+
+import pytest
+import torch
+from transformer_lens import patching as tlp
+
+import interp
+from interp import native, patching, position_resume
+from interp.hooks import hooks
+from interp.metrics import for_task
+
+
+@pytest.fixture(scope="module")
+def task():
+    # mixed IOI templates: right-padded rows of unequal length, answers at different positions
+    return interp.tasks.make("ioi", split="train", n=5)
+
+
+@pytest.fixture(scope="module", params=["lm-llama", "lm-qwen2", "lm-gemma2", "lm-gpt2"])
+def zoo(request):
+    return request.param, interp.load(f"zoo:{request.param}")
+
+
+def _sweep(model, task, monkeypatch=None, **kw):
+    return patching.activation_patch(model, task, site="resid_pre", by_pos=True, positions="mean", progress=False, **kw)
+
+
+def _runner_path(model, task, monkeypatch, **kw):
+    with monkeypatch.context() as m:
+        m.setattr(position_resume, "applies", lambda *a: False)
+        return _sweep(model, task, **kw)
+
+
+def test_equals_the_runner_path_and_transformer_lens(zoo, task, monkeypatch):
+    name, model = zoo
+    assert (task.clean == 0).any() and len(set(task.answer_pos.tolist())) > 1  # padded rows, answers apart
+    ours = _sweep(model, task)
+    old = _runner_path(model, task, monkeypatch)
+    _, clean_cache = model.run_with_cache(task.clean)
+    theirs = tlp.get_act_patch_resid_pre(model, task.corrupt, clean_cache, for_task(task)).detach().cpu()
+    assert ours.values.shape == theirs.shape == (model.cfg.n_layers, task.clean.shape[1])
+    assert (ours.values - old.values).abs().max() <= 1e-5
+    assert (ours.values - theirs).abs().max() <= 1e-5
+    assert ours.meta["clean_metric"] == old.meta["clean_metric"]
+    assert old.meta["path"] == "runner" and ours.meta["path"] == ("runner" if name == "lm-gpt2" else "native packed")
+
+
+def test_a_native_run_that_disagrees_with_the_bridge_falls_back(zoo, task, monkeypatch):
+    """The packed path checks its native base run against the bridge's and declines on a mismatch
+    (here planted: the final norm's output shifted on the native copy only)."""
+    name, model = zoo
+    if name == "lm-gpt2":
+        return  # not run natively at all (test_applies_only_to_what_it_runs)
+    real = native.stack_of
+
+    class Shifted(torch.nn.Module):
+        def __init__(self, norm):
+            super().__init__()
+            self.norm = norm
+
+        def forward(self, x):
+            return self.norm(x) + 0.01
+
+    def off(hf, n):
+        stack = real(hf, n)
+        return dataclasses.replace(stack, norm=Shifted(stack.norm))
+
+    monkeypatch.setattr(native, "stack_of", off)
+    assert _sweep(model, task).meta["path"] == "runner"
+
+
+def test_raw_tokens_full_logits_and_noise_direction(zoo, monkeypatch):
+    """No answer positions: every position's logits are the metric's (base run's before p)."""
+    name, model = zoo
+    g = torch.Generator().manual_seed(0)
+    clean = torch.randint(5, 60, (3, 9), generator=g)
+    corrupt = clean.clone()
+    corrupt[:, 3] = torch.randint(5, 60, (3,), generator=g)
+
+    def metric(logits):  # reads every position, so NaN anywhere would show
+        return logits[:, :, 7].mean() - logits[:, -1, 8].mean()
+
+    kw = dict(metric=metric, site="resid_pre", by_pos=True, direction="noise", progress=False)
+    ours = patching.activation_patch(model, clean, corrupt, **kw)
+    with monkeypatch.context() as m:
+        m.setattr(position_resume, "applies", lambda *a: False)
+        old = patching.activation_patch(model, clean, corrupt, **kw)
+    assert torch.isfinite(ours.values).all()
+    assert (ours.values - old.values).abs().max() <= 1e-5
+
+
+def test_cells_per_forward_cap_changes_nothing(zoo, task):
+    name, model = zoo
+    assert (_sweep(model, task, variants_per_forward=2).values - _sweep(model, task).values).abs().max() <= 1e-5
+
+
+def test_applies_only_to_what_it_runs(zoo):
+    name, model = zoo
+    assert position_resume.applies(model, "resid_pre", True, "index") == (name != "lm-gpt2")
+    assert not position_resume.applies(model, "resid_pre", True, "named")
+    assert not position_resume.applies(model, "resid_pre", False, "index")
+    assert not position_resume.applies(model, "resid_mid", True, "index")
+    with hooks(model, [("blocks.1.hook_resid_pre", lambda act, *, hook: act)]):  # a caller's hook must fire
+        assert not position_resume.applies(model, "resid_pre", True, "index")
+
+
+def test_bert_is_not_resumed(tiny_models):
+    assert not position_resume.applies(tiny_models["bert"], "resid_pre", True, "index")
+
+
+@pytest.mark.parametrize("starts,n_prefix,n_pos,window", [([0], 0, 5, None), ([0, 2, 4], 6, 6, None),
+                                                          ([1, 3], 7, 7, 2), ([0, 5], 6, 6, 3)])
+def test_packed_mask_is_the_causal_rule_per_segment(starts, n_prefix, n_pos, window):
+    mask, pos = native.packed_mask(starts, n_prefix, n_pos, window, torch.float32, "cpu")
+    segs = [(s, t) for s in starts for t in range(s, n_pos)]  # (segment start, position) per packed query
+    assert pos.tolist() == [t for _, t in segs]
+    keys = [("recorded", k, None) for k in range(n_prefix)] + [("new", t, s) for s, t in segs]
+    for qi, (s, t) in enumerate(segs):
+        for ki, (kind, k, ks) in enumerate(keys):
+            seen = (k < s) if kind == "recorded" else (ks == s and k <= t)
+            seen &= window is None or t - k < window
+            assert (mask[0, 0, qi, ki] == 0) == seen, (s, t, kind, k, ks)
