@@ -29,8 +29,9 @@ from interp import native, run
 
 __all__ = ["applies", "resid_pre_by_pos"]
 
-# at most this many floats in one forward's attention scores (batch x heads x queries x keys)
-_SCORES = 2**25
+# at most about this many floats live in one packed forward: attention scores (batch x heads x
+# queries x keys), MLP activations and, with no answer positions, logits at every packed position
+_FLOATS = 2**26
 
 
 def applies(model, site: str, by_pos: bool, mode: str) -> bool:
@@ -41,14 +42,15 @@ def applies(model, site: str, by_pos: bool, mode: str) -> bool:
     return run.natively_possible(model, names) and native.stack_of(native.unwrapped(model), model.cfg.n_layers) is not None
 
 
-def _groups(n_pos: int, batch: int, heads: int, cap: int | None) -> list[list[int]]:
-    """Start positions 0..n_pos-1 in groups that fit one forward (attention scores under _SCORES
-    floats, at most `cap` cells)."""
+def _groups(n_pos: int, batch: int, heads: int, per_token: int, cap: int | None) -> list[list[int]]:
+    """Start positions 0..n_pos-1 in groups that fit one forward (under _FLOATS floats, counting
+    `per_token` floats per packed position besides the attention scores; at most `cap` cells)."""
     out: list[list[int]] = [[]]
     q = 0
     for p in range(n_pos):
         width = n_pos - p
-        if out[-1] and (batch * heads * (q + width) * (n_pos + q + width) > _SCORES or len(out[-1]) == cap):
+        size = batch * (q + width) * (heads * (n_pos + q + width) + per_token)
+        if out[-1] and (size > _FLOATS or len(out[-1]) == cap):
             out.append([])
             q = 0
         out[-1].append(p)
@@ -75,8 +77,9 @@ def resid_pre_by_pos(model, base: list[Tensor], source: list[Tensor], metric: Ca
         if not _agrees(stack, out, resid, base, base_logits, answer_pos):
             return None
         keys_values = recorded.new  # {layer_idx: (keys, values)} of every position, as the blocks look them up
-        heads = model.cfg.n_heads
-        groups = [(l, g) for l in range(len(stack)) for g in _groups(n_pos, batch, heads, cap)]
+        cfg = model.cfg
+        per_token = 4 * (cfg.d_mlp or 4 * cfg.d_model) + (cfg.d_vocab if answer_pos is None else 0)
+        groups = [(l, g) for l in range(len(stack)) for g in _groups(n_pos, batch, cfg.n_heads, per_token, cap)]
         values = torch.empty(len(stack), n_pos)
         for layer, starts in tqdm(groups, desc="patch resid_pre", disable=not progress or len(groups) < 2):
             for p, value in zip(starts, _group(stack, layer, starts, resid[layer], source[layer], keys_values, metric,

@@ -93,9 +93,24 @@ def test_raw_tokens_full_logits_and_noise_direction(zoo, monkeypatch):
     assert (ours.values - old.values).abs().max() <= 1e-5
 
 
-def test_cells_per_forward_cap_changes_nothing(zoo, task):
+def test_cells_per_forward_cap_and_memory_split_change_nothing(zoo, task, monkeypatch):
     name, model = zoo
-    assert (_sweep(model, task, variants_per_forward=2).values - _sweep(model, task).values).abs().max() <= 1e-5
+    whole = _sweep(model, task).values
+    assert (_sweep(model, task, variants_per_forward=2).values - whole).abs().max() <= 1e-5
+    monkeypatch.setattr(position_resume, "_FLOATS", 1)  # every cell its own forward
+    assert (_sweep(model, task).values - whole).abs().max() <= 1e-5
+
+
+def test_groups_cover_every_position_once_in_order():
+    for floats, cap, n_groups in ((1, None, 12), (2**26, None, 1), (2**26, 3, 4), (50_000, None, None)):
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(position_resume, "_FLOATS", floats)
+            groups = position_resume._groups(12, 4, 2, 100, cap)
+        assert [p for g in groups for p in g] == list(range(12))
+        assert all(g for g in groups) and (cap is None or max(map(len, groups)) <= cap)
+        assert n_groups is None or len(groups) == n_groups
+        if floats == 50_000:  # a budget between: several groups, each (but a lone cell) within it
+            assert 1 < len(groups) < 12
 
 
 def test_applies_only_to_what_it_runs(zoo):
