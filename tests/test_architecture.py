@@ -31,9 +31,6 @@ BUILDERS = {"interp.model"}  # sets the loaded bridge's flags (default_prepend_b
 ALLOWED = {
     # studies.steer_real imports studies.steering inside a function (STEER, appeared 05:18 today)
     ("interp.studies.steer_real", "cycle interp.studies.steer_real, interp.studies.steering"),
-    # functions over 80 lines outside the studies (issue 29): masking (HCORE: learn_masks holds the
-    # checkpoint path of the lead's running study)
-    ("interp.masking.learn", "function learn_masks over 80 lines"),
 }
 # Not checked by ast, listed so a reader sees them: interp.circuits.circuit.AblateOutside keeps
 # per-forward scratch in a `state` dict on a frozen dataclass (the runner has no per-forward
