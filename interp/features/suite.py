@@ -57,7 +57,7 @@ SUITES = {
     }, eval_rows=256, fit_rows=1024),
     "smollm2": Suite("smollm2-135m", "docstrings", 30, 15, {
         "quick": Recipe(n_features=256, k=16, tokens=4_000, rows=4, dead_after=2_000, checkpoint_every=2),
-        "cpu": Recipe(n_features=1024, k=32, lr=2e-3, tokens=120_000, rows=4, dead_after=20_000, checkpoint_every=30),
+        "cpu": Recipe(n_features=1024, k=32, lr=2e-3, tokens=135_000, rows=4, dead_after=20_000, checkpoint_every=30),
     }),
 }
 
