@@ -252,13 +252,16 @@ def activation_patch(
         base_logits, base_acts = run.cache(model, base, names if by_pos else [], answer_pos=answer_pos)
         variants = [[Patch(names[l], source_acts[names[l]], pos=p, head=h)] for l, p, h in todo]
     clean_logits, corrupt_logits = (source_logits, base_logits) if direction == "denoise" else (base_logits, source_logits)
-    values = None
+    values, path = None, "native packed"  # meta["path"] says which ran (a native path may decline)
     if position_resume.applies(model, site, by_pos, mode):  # each cell from its block and position, packed per layer
         values = position_resume.resid_pre_by_pos(model, [base_acts[n] for n in names], [source_acts[n] for n in names],
                                                   metric, base_logits, answer_pos, cap=variants_per_forward,
                                                   progress=progress)
-    path = "runner" if values is None else "native packed"  # meta says which ran (the packed path may decline)
+    elif position_resume.heads_apply(model, site, by_pos):  # each layer's heads from its o_proj, natively
+        values, path = position_resume.z_all_pos(model, base, [source_acts[n] for n in names], metric, base_logits,
+                                                 answer_pos, cap=variants_per_forward, progress=progress), "native"
     if values is None:
+        path = "runner"
         values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
                               answer_pos=answer_pos, progress=progress, desc=f"patch {site}")
     grid = Grid(

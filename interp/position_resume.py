@@ -1,4 +1,4 @@
-"""resid_pre x position patching at its limit: each cell redoes only what its patch can change.
+"""Patching sweeps at their limit, natively: each cell redoes only what its patch can change.
 
 Patching the residual entering block L at position p (a resid_pre x position cell) leaves every
 block before L and, attention being causal, every position before p as in the base run. So a cell
@@ -9,6 +9,9 @@ are a segment packed along the sequence axis, and an attention mask keeps each s
 recorded keys before its start and its own keys (`interp.native.packed_mask`). A layer's cells
 thus cost one forward whose every matrix product has the arithmetic of the limit, with none of the
 bridge's per-module hooks, and the unembedding runs at each row's answer position only.
+
+Head outputs over all positions (`site="z"`, by_pos=False) take a second native path, `z_all_pos`
+(see its section below), on blocks of LLaMA's shape.
 
 Used by `interp.patching.activation_patch(site="resid_pre", by_pos=True)` where it applies
 (`applies`): a causal decoder of a family whose native blocks `interp.native.stack_of` finds, on one
@@ -27,7 +30,7 @@ from tqdm.auto import tqdm
 
 from interp import native, run
 
-__all__ = ["applies", "resid_pre_by_pos"]
+__all__ = ["applies", "heads_apply", "resid_pre_by_pos", "z_all_pos"]
 
 # at most about this many floats live in one packed forward: attention scores (batch x heads x
 # queries x keys), MLP activations and, with no answer positions, logits at every packed position
@@ -140,3 +143,80 @@ def _group(stack: native.Stack, layer: int, starts: list[int], resid: Tensor, so
         whole = torch.cat([base_logits[:, :p], logits[:, offsets[i]:offsets[i + 1]]], 1)
         values.append(run.scalar(metric, whole, "intervened"))
     return values
+
+
+# --- head outputs (z), all positions ---------------------------------------------------------------
+#
+# On a block of LLaMA's shape (x + o_proj(z) after attention, then x + mlp(norm(x))) a head's output
+# enters the model only through o_proj, so patching z of block L changes nothing before block L's
+# o_proj: a cell runs o_proj, block L's MLP half and blocks L+1.. at every position, natively; the
+# heads of a layer side by side along the batch axis.
+
+_PLAIN_BLOCKS = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer")
+
+
+def heads_apply(model, site: str, by_pos: bool) -> bool:
+    """Whether `z_all_pos` can run this sweep: site z over all positions, on a causal decoder whose
+    native blocks all have LLaMA's shape (Gemma's norms around the attention output do not)."""
+    if site != "z" or by_pos:
+        return False
+    names = [f"blocks.{l}.hook_resid_pre" for l in range(model.cfg.n_layers)]
+    if not run.natively_possible(model, names):
+        return False
+    stack = native.stack_of(native.unwrapped(model), model.cfg.n_layers)
+    return stack is not None and all(type(b).__name__ in _PLAIN_BLOCKS for b in stack.blocks)
+
+
+def _after_attention(block, resid: Tensor, z: Tensor) -> Tensor:
+    """Block output from its input `resid` [rows, pos, d_model] and head outputs `z` [rows, pos,
+    head, d_head]: resid + o_proj(z), then the MLP half."""
+    mid = resid + block.self_attn.o_proj(z.flatten(-2))
+    return mid + block.mlp(block.post_attention_layernorm(mid))
+
+
+def z_all_pos(model, base: Tensor, source_z: list[Tensor], metric: Callable, base_logits: Tensor,
+              answer_pos: Tensor | None, *, cap: int | None = None, progress: bool = True) -> Tensor | None:
+    """The metric of `base` [batch, pos] with head h's hook_z of block l at every position taken
+    from `source_z[l]` [batch, pos, head, d_head], for every (l, h), as [n_layers * n_heads] in
+    (layer, head) order; None when the native blocks do not reproduce the bridge's base run."""
+    stack = native.stack_of(native.unwrapped(model), model.cfg.n_layers)
+    cfg = model.cfg
+    z_names = [f"blocks.{l}.attn.hook_z" for l in range(cfg.n_layers)]
+    pre = [f"blocks.{l}.hook_resid_pre" for l in range(cfg.n_layers)]
+    batch, n_pos = base.shape
+    with torch.no_grad():
+        _, acts = run.cache(model, base, z_names + pre)
+        outs = [_after_attention(stack.blocks[l], acts[pre[l]], acts[z_names[l]]) for l in range(cfg.n_layers)]
+        if not _agrees(stack, outs[-1], outs[:-1], [acts[n] for n in pre[1:]], base_logits, answer_pos):
+            return None
+        device, dtype = base_logits.device, outs[0].dtype
+        masks = {kind: native.packed_mask([0], 0, n_pos, stack.window if kind == "sliding_attention" else None,
+                                          dtype, device)[0] for kind in set(stack.layer_types)}
+        per_token = 4 * (cfg.d_mlp or 4 * cfg.d_model) + (cfg.d_vocab if answer_pos is None else 0)
+        fit = max(1, _FLOATS // (batch * n_pos * (cfg.n_heads * n_pos + per_token)))
+        size = min(cfg.n_heads, fit, cap or cfg.n_heads)
+        chunks = [(l, list(range(h, min(h + size, cfg.n_heads)))) for l in range(cfg.n_layers)
+                  for h in range(0, cfg.n_heads, size)]
+        values = torch.empty(cfg.n_layers, cfg.n_heads)
+        positions = torch.arange(n_pos, device=device)
+        for layer, heads in tqdm(chunks, desc="patch z", disable=not progress or len(chunks) < 2):
+            z = acts[z_names[layer]].unsqueeze(0).repeat(len(heads), 1, 1, 1, 1)  # [cells, batch, pos, head, d_head]
+            for j, h in enumerate(heads):
+                z[j, :, :, h] = source_z[layer][:, :, h]
+            hidden = _after_attention(stack.blocks[layer], acts[pre[layer]].repeat(len(heads), 1, 1), z.flatten(0, 1))
+            out, _, _ = native.run_blocks(stack, layer + 1, hidden, positions, masks)
+            for j, h in enumerate(heads):
+                values[layer, h] = _measured(stack, out[j * batch:(j + 1) * batch], metric, answer_pos)
+    return values.flatten()
+
+
+def _measured(stack: native.Stack, out: Tensor, metric: Callable, answer_pos: Tensor | None) -> float:
+    """The metric of final-block outputs `out` [batch, pos, d_model]: logits at each row's answer
+    position (NaN elsewhere, as `run.evaluate` hands a metric), or at every position."""
+    if answer_pos is None:
+        return run.scalar(metric, native.unembed(stack, out), "intervened")
+    rows = torch.arange(out.shape[0], device=out.device)
+    at = native.unembed(stack, out[rows, answer_pos])  # [batch, d_vocab]
+    whole = torch.full((*out.shape[:2], at.shape[-1]), float("nan"), dtype=at.dtype, device=at.device)
+    whole[rows, answer_pos] = at
+    return run.scalar(metric, whole, "intervened")

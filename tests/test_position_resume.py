@@ -73,7 +73,8 @@ def test_a_native_run_that_disagrees_with_the_bridge_falls_back(zoo, task, monke
     assert _sweep(model, task).meta["path"] == "runner"
 
 
-def test_raw_tokens_full_logits_and_noise_direction(zoo, monkeypatch):
+@pytest.mark.parametrize("site,by_pos,switch", [("resid_pre", True, "applies"), ("z", False, "heads_apply")])
+def test_raw_tokens_full_logits_and_noise_direction(zoo, site, by_pos, switch, monkeypatch):
     """No answer positions: every position's logits are the metric's (base run's before p)."""
     name, model = zoo
     g = torch.Generator().manual_seed(0)
@@ -84,10 +85,10 @@ def test_raw_tokens_full_logits_and_noise_direction(zoo, monkeypatch):
     def metric(logits):  # reads every position, so NaN anywhere would show
         return logits[:, :, 7].mean() - logits[:, -1, 8].mean()
 
-    kw = dict(metric=metric, site="resid_pre", by_pos=True, direction="noise", progress=False)
+    kw = dict(metric=metric, site=site, by_pos=by_pos, direction="noise", progress=False)
     ours = patching.activation_patch(model, clean, corrupt, **kw)
     with monkeypatch.context() as m:
-        m.setattr(position_resume, "applies", lambda *a: False)
+        m.setattr(position_resume, switch, lambda *a: False)
         old = patching.activation_patch(model, clean, corrupt, **kw)
     assert torch.isfinite(ours.values).all()
     assert (ours.values - old.values).abs().max() <= 1e-5
@@ -139,3 +140,21 @@ def test_packed_mask_is_the_causal_rule_per_segment(starts, n_prefix, n_pos, win
             seen = (k < s) if kind == "recorded" else (ks == s and k <= t)
             seen &= window is None or t - k < window
             assert (mask[0, 0, qi, ki] == 0) == seen, (s, t, kind, k, ks)
+
+
+def test_heads_all_positions_equal_the_runner_path_and_transformer_lens(zoo, task, monkeypatch):
+    """z over all positions: natively from each layer's o_proj on LLaMA-shaped blocks (LLaMA, Qwen2);
+    Gemma-2 (norms around the attention output) and GPT-2 take the runner path."""
+    name, model = zoo
+    ours = patching.activation_patch(model, task, site="z", progress=False)
+    capped = patching.activation_patch(model, task, site="z", variants_per_forward=2, progress=False)
+    with monkeypatch.context() as m:
+        m.setattr(position_resume, "heads_apply", lambda *a: False)
+        old = patching.activation_patch(model, task, site="z", progress=False)
+    _, clean_cache = model.run_with_cache(task.clean)
+    theirs = tlp.get_act_patch_attn_head_out_all_pos(model, task.corrupt, clean_cache, for_task(task)).detach().cpu()
+    assert ours.values.shape == theirs.shape == (model.cfg.n_layers, model.cfg.n_heads)
+    assert (ours.values - old.values).abs().max() <= 1e-5
+    assert (ours.values - theirs).abs().max() <= 1e-5
+    assert (capped.values - ours.values).abs().max() <= 1e-5
+    assert ours.meta["path"] == ("native" if name in ("lm-llama", "lm-qwen2") else "runner")
