@@ -10,7 +10,8 @@ bridge with no other hook, each forward unembedding the answer position only. in
 
 resid_pre x pos (450 cells). The limit: each cell redoes blocks L.. at positions p.. at batch 8 and
 the unembedding at one position, at the per-block-position cost of one full batch-8 forward
-(benchmarks/real.py `limit_costs`, timed in this run). interp runs each layer's cells as one packed
+(benchmarks/real.py `limit_costs`, timed before each interp sweep and after the last, median; its blocks are the bridge's wrappers, so the
+JSON also prices the limit at the native body's per-block-position cost). interp runs each layer's cells as one packed
 forward on the native blocks (`interp.position_resume`; "path" in the JSON says which path ran).
 With --only, the sections of an existing --out not measured in this run are kept (under "run",
 the date and load of the run that measured them). TL runs one full forward per cell: timed on
@@ -80,6 +81,18 @@ def attribution(model, task, io, s, repeats: int, tl: bool) -> dict:
     return out
 
 
+def native_block_position(model, clean, reps: int = 5) -> float:
+    """s per block-position of the HF decoder body at batch 8 with none of the bridge's components
+    (`interp.native.unwrapped`: what the packed path runs on), best of `reps`. The limit above is
+    priced through `model.original_model.model`, whose blocks are the bridge's wrappers."""
+    from interp import native
+
+    body = native.unwrapped(model).model
+    with torch.no_grad():
+        t = best_of(lambda: body(clean), reps)[0]
+    return t / (clean.shape[1] * model.cfg.n_layers)
+
+
 def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
     from transformer_lens import patching as tlp
 
@@ -88,16 +101,29 @@ def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
     idx = sample(todo, every)
     _, clean_cache = model.run_with_cache(task.clean)
     t_i = t_t = float("inf")
+    # the limit's unit costs are timed before each interp sweep and after the last (the load of this
+    # shared machine moves over minutes; each timing is a best of 5, the limit uses their median)
+    costs, natives = [], []
     for _ in range(repeats):
+        costs.append(limit_costs(model, task.clean))
+        natives.append(native_block_position(model, task.clean))
         t, g = best_of(lambda: patching.activation_patch(model, task, site="resid_pre", by_pos=True, progress=False), 1)
         t_i = min(t_i, t)
         t, theirs = best_of(lambda: tl_cells(model, task.corrupt, clean_cache, metric, tlp.get_act_patch_resid_pre,
                                              (True, True, False), [todo[i] for i in idx]), 1)
         t_t = min(t_t, t)
-    per_bp, head1, full, body = limit_costs(model, task.clean)
+    costs.append(limit_costs(model, task.clean))
+    natives.append(native_block_position(model, task.clean))
+    per_bp, head1, full, body = sorted(costs)[len(costs) // 2]  # the median by per-block-position cost
+    native_bp = sorted(natives)[len(natives) // 2]
     lim = sum(per_bp * (L - l) * (P - p) + head1 for l, p, _ in todo)
+    lim_native = sum(native_bp * (L - l) * (P - p) + head1 for l, p, _ in todo)
     tl_full = t_t * len(todo) / len(idx)
-    out = {"cells": len(todo), "path": g.meta["path"], "interp_s": t_i, "limit_s": lim, "interp / limit": t_i / lim, "tl_s (scaled)": tl_full,
+    out = {"cells": len(todo), "path": g.meta["path"], "interp_s": t_i, "limit_s": lim, "interp / limit": t_i / lim,
+           "limit_native_s": lim_native, "interp / native limit": t_i / lim_native,
+           "per_block_position_us_timings": [c[0] * 1e6 for c in costs],
+           "per_block_position_native_us_timings": [n * 1e6 for n in natives],
+           "per_block_position_native_us": native_bp * 1e6, "tl_s (scaled)": tl_full,
            "tl / interp": tl_full / t_i, "tl_cells_timed": len(idx),
            "max_abs_diff_vs_tl": float((g.values.flatten()[idx] - theirs.flatten()).abs().max()),
            "per_block_position_us": per_bp * 1e6, "unembed_1pos_ms": head1 * 1e3, "full_forward_ms": full * 1e3}
