@@ -150,3 +150,17 @@ def test_real_model_strength_zero_equals_hf_generate(name, real_cache):
     batch = st.generate(model, prompts, steered, max_new_tokens=6)
     for i, p in enumerate(prompts):
         assert st.generate(model, [p], steered, max_new_tokens=6).completions[0] == batch.completions[i]
+
+
+def test_a_native_model_that_computes_something_else_is_not_used():
+    # TL 4.3 folds a trained GPT-2's layer norms into weights only its own attention reads: the HF
+    # blocks alone give other logits (a tiny untrained model, LN weights 1, cannot show this)
+    from interp.run.hf_hooks import native_agrees
+
+    gpt2, llama = interp.load("zoo:lm-gpt2"), interp.load("zoo:lm-llama")
+    assert not native_agrees(gpt2) and native_agrees(llama)
+    g = st.generate(gpt2, PROMPTS[:2], (), max_new_tokens=6)
+    bridge = st.generate(gpt2, PROMPTS[:2], (), max_new_tokens=6, native=False)
+    assert not g.meta["native"] and g.completions == bridge.completions
+    with pytest.raises(InterpError, match="native=True cannot run here"):
+        st.generate(gpt2, PROMPTS[:2], (), max_new_tokens=2, native=True)

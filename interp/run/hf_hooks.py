@@ -5,6 +5,7 @@ forward. Generation uses it where it can (`natively_possible`).
 
 from __future__ import annotations
 
+import weakref
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
 
@@ -29,7 +30,26 @@ def natively_possible(model, names: Sequence[str]) -> bool:
         return False
     if not all(native_site(n) for n in names):
         return False
-    return not any(hp.has_hooks() for hp in model.hook_dict.values())
+    return not any(hp.has_hooks() for hp in model.hook_dict.values()) and native_agrees(model)
+
+
+_AGREES: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
+def native_agrees(model) -> bool:
+    """Whether the bridge's HF modules, run on their own, compute the bridge's logits (checked once
+    per model on a short sequence). Not always so: TL 4.3 folds GPT-2's layer norms into weights
+    its own attention reads, so GPT-2's HF blocks alone are a different model."""
+    if model not in _AGREES:
+        from interp.native import unwrapped
+
+        tokens = torch.arange(1, 9, device=model.cfg.device).remainder(model.cfg.d_vocab_out)[None]
+        with torch.no_grad():
+            ours = model(tokens).float()
+            theirs = unwrapped(model)(tokens).logits.float()
+        ours, theirs = ours - ours.mean(-1, keepdim=True), theirs - theirs.mean(-1, keepdim=True)
+        _AGREES[model] = bool(((ours - theirs).abs().max() <= 1e-3 * (1 + ours.abs().max())).item())
+    return _AGREES[model]
 
 
 @contextmanager

@@ -196,8 +196,9 @@ def _native_model(model, sites: list[str], use_cache: bool, native: bool | None)
     """The HF model to run natively (`interp.run.natively`), or None for the bridge."""
     possible = use_cache and run.natively_possible(model, sites)
     if native and not possible:
-        raise InterpError(f"native=True needs use_cache=True, a causal decoder on one device, sites that are "
-                          f"blocks.L.hook_resid_pre/post (got {sites}) and no hooks on the bridge")
+        raise InterpError(f"native=True cannot run here: it needs use_cache=True, sites blocks.L.hook_resid_pre/post "
+                          f"(got {sites}), no hooks on the bridge, and HF modules that compute the bridge's logits "
+                          f"(TL's GPT-2 does not); pass native=None")
     return unwrapped(model) if possible and native is not False else None
 
 
