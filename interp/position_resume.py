@@ -205,18 +205,21 @@ def z_all_pos(model, base: Tensor, source_z: list[Tensor], metric: Callable, bas
                 z[j, :, :, h] = source_z[layer][:, :, h]
             hidden = _after_attention(stack.blocks[layer], acts[pre[layer]].repeat(len(heads), 1, 1), z.flatten(0, 1))
             out, _, _ = native.run_blocks(stack, layer + 1, hidden, positions, masks)
-            for j, h in enumerate(heads):
-                values[layer, h] = _measured(stack, out[j * batch:(j + 1) * batch], metric, answer_pos)
+            values[layer, heads] = torch.tensor(_measured(stack, out.unflatten(0, (len(heads), batch)), metric, answer_pos))
     return values.flatten()
 
 
-def _measured(stack: native.Stack, out: Tensor, metric: Callable, answer_pos: Tensor | None) -> float:
-    """The metric of final-block outputs `out` [batch, pos, d_model]: logits at each row's answer
-    position (NaN elsewhere, as `run.evaluate` hands a metric), or at every position."""
+def _measured(stack: native.Stack, out: Tensor, metric: Callable, answer_pos: Tensor | None) -> list[float]:
+    """The metric of each cell's final-block outputs `out` [cells, batch, pos, d_model]: logits at
+    each row's answer position (NaN elsewhere, as `run.evaluate` hands a metric; one unembedding for
+    all cells), or at every position."""
     if answer_pos is None:
-        return run.scalar(metric, native.unembed(stack, out), "intervened")
-    rows = torch.arange(out.shape[0], device=out.device)
-    at = native.unembed(stack, out[rows, answer_pos])  # [batch, d_vocab]
-    whole = torch.full((*out.shape[:2], at.shape[-1]), float("nan"), dtype=at.dtype, device=at.device)
-    whole[rows, answer_pos] = at
-    return run.scalar(metric, whole, "intervened")
+        return [run.scalar(metric, native.unembed(stack, rows), "intervened") for rows in out]
+    rows = torch.arange(out.shape[1], device=out.device)
+    at = native.unembed(stack, out[:, rows, answer_pos])  # [cells, batch, d_vocab]
+    whole = torch.full((*out.shape[1:3], at.shape[-1]), float("nan"), dtype=at.dtype, device=at.device)
+    values = []
+    for cell in at:
+        whole[rows, answer_pos] = cell
+        values.append(run.scalar(metric, whole, "intervened"))
+    return values
