@@ -95,7 +95,7 @@ def test_doc_is_bound_to_its_json_and_moves_with_every_number():
 
     result = json.loads((DOCS / "steering_repro.json").read_text())
     md = (DOCS / "steering.md").read_text()
-    for name, body in steer_real.doc_regions(result).items():  # the doc holds exactly what the JSON renders
+    for name, body in study.doc_regions(result).items():  # the doc holds exactly what the JSON renders
         assert f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->" in md, name
     assert bound.check(md, result) == [] and bound.prose_numbers(md, result) == []
     keys = list(bound.keys_of(md))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import random
 import re
-from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -41,7 +40,7 @@ from interp.tasks import bpe
 from interp.tasks.base import Task
 
 __all__ = ["FRAMES", "ace_cores", "bare", "PL_PRONOUNS", "PL_VERBS", "SG_PRONOUNS", "SG_VERBS", "SKIP_BEFORE", "doc_regions", "fit_task",
-           "judge", "prompts", "rates", "render", "split_nouns"]
+           "judge", "prompts", "rates", "split_nouns"]
 
 SG_VERBS = frozenset("is was has does isn't wasn't hasn't doesn't 's".split())
 PL_VERBS = frozenset("are were have do aren't weren't haven't don't 're 've".split())
@@ -290,8 +289,10 @@ def _gap(d: _Doc, g: dict[str, Any]) -> tuple[list[str], list[str]]:
     return row, strengths
 
 
-def doc_regions(result: dict[str, Any]) -> dict[str, str]:
-    """The body of each `<!-- gen:NAME -->` region of docs/steering.md (name -> Render.region text)."""
+def doc_regions(result: dict[str, Any], budgets: dict[str, dict[str, Any]], default_models: Sequence[str]) -> dict[str, str]:
+    """The body of each `<!-- gen:NAME -->` region of the steering doc (name -> Render.region text).
+    `budgets` and `default_models` are the study's (interp.studies.steering passes its own; taking
+    them as arguments keeps this module from importing the study back)."""
     from interp.studies.docs import Render
 
     r = Render(result)
@@ -323,7 +324,7 @@ def doc_regions(result: dict[str, Any]) -> dict[str, str]:
                 for spec, v in models for e in v["examples"]]
     # example texts are model output, not results: code spans keep their digits out of the number check
     regions["examples"] = r.region("\n".join(examples))
-    regions["command"] = r.region(_command(result["budget"], list(result["models"])))
+    regions["command"] = r.region(_command(result["budget"], list(result["models"]), budgets, default_models))
     p = result["provenance"]
     regions["provenance"] = r.region(
         f"Budget `{result['budget']['name']}` (values in the JSON's `budget` block), {r.int('/budget/units_done')}/"
@@ -338,18 +339,10 @@ def _code_digits(text: str) -> str:
     return re.sub(r"(\S*\d\S*)", lambda m: "`" + m.group(1).replace("`", "'") + "`", text)
 
 
-def _command(b: dict[str, Any], models: list[str]) -> str:
+def _command(b: dict[str, Any], models: list[str], budgets: dict[str, dict[str, Any]], default_models: Sequence[str]) -> str:
     """The command that made a result: its budget and every value that differs from that budget's default."""
-    from interp.studies.steering import BUDGETS, DEFAULT_MODELS
-
-    sets = [f"--set {k}={json.dumps(v).replace(' ', '')}" for k, v in b["values"].items() if BUDGETS[b["name"]].get(k) != v]
-    picked = [] if models == list(DEFAULT_MODELS) else [f"--model {m}" for m in models]
+    sets = [f"--set {k}={json.dumps(v).replace(' ', '')}" for k, v in b["values"].items() if budgets[b["name"]].get(k) != v]
+    picked = [] if models == list(default_models) else [f"--model {m}" for m in models]
     return "```bash\n" + " ".join(["interp repro steering", f"--budget {b['name']}", *picked, *sets,
                                      "--out docs/steering_repro.json"]) + "\n```"
 
-
-def render(doc: str | Path, result: dict[str, Any]) -> None:
-    """Refill each `<!-- gen:NAME -->` region of `doc` from `result`."""
-    from interp.studies.docs import write
-
-    write(doc, doc_regions(result))

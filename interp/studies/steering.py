@@ -18,7 +18,6 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.results import Grid, Heading, result, stack
 from interp.studies import steer_real
-from interp.studies.steer_real import doc_regions
 from interp.steering import (
     Axis, Generation, Steer, axis_from_contrast, axis_from_core, curve, generate, last_activations, projection,
     random_axis,
@@ -27,7 +26,7 @@ from interp.tasks import english
 
 __all__ = [
     "Comparison", "compare", "core_axis", "demo_section", "dev_prefixes", "head_number", "judge_continuation",
-    "BUDGETS", "DEFAULT_MODELS", "claim", "doc_regions", "repro", "sva_contrast",
+    "BUDGETS", "DEFAULT_MODELS", "claim", "doc_regions", "repro", "sva_contrast", "write_doc",
 ]
 
 
@@ -414,6 +413,21 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     out["budget"] = budget_record(budget, b, fraction, total, total)
     out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, total, total, units_run=store.ran)
     return out
+
+
+def doc_regions(result: dict[str, Any]) -> dict[str, str]:
+    """The body of each `<!-- gen:NAME -->` region of docs/steering.md, from the study's JSON."""
+    return steer_real.doc_regions(result, BUDGETS, DEFAULT_MODELS)
+
+
+def write_doc(json_path: str | Path, doc_path: str | Path) -> Path:
+    """Refill each `<!-- gen:NAME -->` region of the doc at `doc_path` from the JSON at `json_path`."""
+    import json
+
+    from interp.studies.docs import write
+
+    write(doc_path, doc_regions(json.loads(Path(json_path).read_text())))
+    return Path(doc_path)
 
 
 def demo_section(workdir: Path) -> list[Any]:
