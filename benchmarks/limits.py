@@ -1,21 +1,27 @@
-"""Attribution patching and resid_pre x position patching on SmolLM2-135M against their limits and
-against TransformerLens, CPU, one process (the IOI task of benchmarks/real.py, batch 8).
+"""Attribution patching, resid_pre x position and head x all-position patching on SmolLM2-135M
+against their limits and against TransformerLens, CPU, one process (the IOI task of
+benchmarks/real.py, batch 8).
 
-    OMP_NUM_THREADS=1 python benchmarks/limits.py [--repeats N] [--resid-every K] [--out FILE.json]
+    OMP_NUM_THREADS=1 python benchmarks/limits.py [--only attr,resid,z] [--repeats N]
+        [--resid-repeats N] [--resid-every K] [--z-every K] [--out FILE.json]
 
 Attribution. The limit is the least any implementation does: one clean forward (no grad) and one
 corrupt forward with autograd from the embeddings plus one backward of the metric, on the same
-bridge with no other hook, each forward unembedding the answer position only. interp (`patching.attribution_patch(task, site="z")`), the limit and TL's
-`attribution_patching` (per-example forwards and backwards, all nodes) alternate, best of N each.
+bridge with no other hook, each forward unembedding the answer position only. interp
+(`patching.attribution_patch(task, site="z")`), the limit and TL's `attribution_patching`
+(per-example forwards and backwards, all nodes) alternate, best of N each.
 
-resid_pre x pos (450 cells). The limit: each cell redoes blocks L.. at positions p.. at batch 8 and
-the unembedding at one position, at the per-block-position cost of one full batch-8 forward
-(benchmarks/real.py `limit_costs`, timed before each interp sweep and after the last, median; its blocks are the bridge's wrappers, so the
-JSON also prices the limit at the native body's per-block-position cost). interp runs each layer's cells as one packed
-forward on the native blocks (`interp.position_resume`; "path" in the JSON says which path ran).
-With --only, the sections of an existing --out not measured in this run are kept (under "run",
-the date and load of the run that measured them). TL runs one full forward per cell: timed on
-every K-th cell right after interp's sweep and scaled by the cell count; agreement over those cells.
+Sweeps: resid_pre x pos (450 cells) and head x all pos (z, 270 cells). The limit: each cell redoes
+blocks L.. at positions p.. (every position for a head cell) at batch 8 and the unembedding at one
+position, at the per-block-position cost of one full batch-8 forward (benchmarks/real.py
+`limit_costs`, timed before each interp sweep and after the last, median of those; its blocks are
+the bridge's wrappers, so the JSON also prices the limit at the native body's cost). interp runs
+them natively (`interp.position_resume`; "path" in the JSON says which path ran). TL runs one full
+forward per cell: timed on every K-th cell right after interp's sweep (--resid-repeats times,
+best of) and scaled by the cell count; agreement over those cells.
+
+With --only, the sections of an existing --out not measured in this run are kept (under "run", the
+date and load of the run that measured them).
 """
 
 from __future__ import annotations
@@ -93,11 +99,25 @@ def native_block_position(model, clean, reps: int = 5) -> float:
     return t / (clean.shape[1] * model.cfg.n_layers)
 
 
-def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
+def sweeps(model):
+    """key -> (JSON key, activation_patch keywords, cells, TL function, TL cell columns)."""
     from transformer_lens import patching as tlp
 
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    return {
+        "resid": ("resid_pre x pos", dict(site="resid_pre", by_pos=True), lambda P: [(l, p, None) for l in range(L) for p in range(P)],
+                  tlp.get_act_patch_resid_pre, (True, True, False)),
+        "z": ("head x all pos (z)", dict(site="z"), lambda P: [(l, None, h) for l in range(L) for h in range(H)],
+              tlp.get_act_patch_attn_head_out_all_pos, (True, False, True)),
+    }
+
+
+def sweep_vs_limit(model, task, metric, key: str, repeats: int, every: int) -> dict:
+    """One patching sweep against its limit (each cell: blocks L.. at positions p.., all positions for
+    a head cell, plus the one-position unembedding) and against TL on every `every`-th cell."""
+    name, kw, cells, tl_fn, cols = sweeps(model)[key]
     L, P = model.cfg.n_layers, task.clean.shape[1]
-    todo = [(l, p, None) for l in range(L) for p in range(P)]
+    todo = cells(P)
     idx = sample(todo, every)
     _, clean_cache = model.run_with_cache(task.clean)
     t_i = t_t = float("inf")
@@ -107,17 +127,16 @@ def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
     for _ in range(repeats):
         costs.append(limit_costs(model, task.clean))
         natives.append(native_block_position(model, task.clean))
-        t, g = best_of(lambda: patching.activation_patch(model, task, site="resid_pre", by_pos=True, progress=False), 1)
+        t, g = best_of(lambda: patching.activation_patch(model, task, progress=False, **kw), 1)
         t_i = min(t_i, t)
-        t, theirs = best_of(lambda: tl_cells(model, task.corrupt, clean_cache, metric, tlp.get_act_patch_resid_pre,
-                                             (True, True, False), [todo[i] for i in idx]), 1)
+        t, theirs = best_of(lambda: tl_cells(model, task.corrupt, clean_cache, metric, tl_fn, cols, [todo[i] for i in idx]), 1)
         t_t = min(t_t, t)
     costs.append(limit_costs(model, task.clean))
     natives.append(native_block_position(model, task.clean))
     per_bp, head1, full, body = sorted(costs)[len(costs) // 2]  # the median by per-block-position cost
     native_bp = sorted(natives)[len(natives) // 2]
-    lim = sum(per_bp * (L - l) * (P - p) + head1 for l, p, _ in todo)
-    lim_native = sum(native_bp * (L - l) * (P - p) + head1 for l, p, _ in todo)
+    lim = sum(per_bp * (L - l) * (P - (p or 0)) + head1 for l, p, _ in todo)
+    lim_native = sum(native_bp * (L - l) * (P - (p or 0)) + head1 for l, p, _ in todo)
     tl_full = t_t * len(todo) / len(idx)
     out = {"cells": len(todo), "path": g.meta["path"], "interp_s": t_i, "limit_s": lim, "interp / limit": t_i / lim,
            "limit_native_s": lim_native, "interp / native limit": t_i / lim_native,
@@ -127,21 +146,24 @@ def resid_by_pos(model, task, metric, repeats: int, every: int) -> dict:
            "tl / interp": tl_full / t_i, "tl_cells_timed": len(idx),
            "max_abs_diff_vs_tl": float((g.values.flatten()[idx] - theirs.flatten()).abs().max()),
            "per_block_position_us": per_bp * 1e6, "unembed_1pos_ms": head1 * 1e3, "full_forward_ms": full * 1e3}
-    print(json.dumps({"resid_pre x pos": out}), flush=True)
+    print(json.dumps({name: out}), flush=True)
     return out
 
 
 def main() -> None:
     args = options(("--resid-repeats", dict(type=int, default=1)), ("--resid-every", dict(type=int, default=10)),
+                   ("--z-every", dict(type=int, default=5)),
                    ("--no-tl", dict(action="store_true")), ("--only", dict(default="attr,resid")))
     res = header()
     model = interp.load(MODEL)
     clean, corrupt, io, s, text = ioi_with_text(model, 8)
     task = make_task(clean, corrupt, io, s, text)
-    if "attr" in args.only:
+    if "attr" in args.only.split(","):
         res["attribution"] = attribution(model, task, io, s, args.repeats, not args.no_tl)
-    if "resid" in args.only:
-        res["resid_pre x pos"] = resid_by_pos(model, task, make_metric(io, s), args.resid_repeats, args.resid_every)
+    for key, (name, *_) in sweeps(model).items():
+        if key in args.only.split(","):
+            every = args.resid_every if key == "resid" else args.z_every
+            res[name] = sweep_vs_limit(model, task, make_metric(io, s), key, args.resid_repeats, every)
     finish(keep_other_sections(res, args.out), args.out)
 
 
@@ -153,7 +175,7 @@ def keep_other_sections(res: dict, out: str) -> dict:
     with open(out) as f:
         old = json.load(f)
     run = {k: old[k] for k in ("date", "threads", "torch", "load_average_start", "load_average_end") if k in old}
-    for key in ("attribution", "resid_pre x pos"):
+    for key in ("attribution", "resid_pre x pos", "head x all pos (z)"):
         if key in old and key not in res:
             res[key] = {**old[key], "run": old[key].get("run", run)}
     return res
