@@ -2,7 +2,7 @@
 (docs/cores_repro.json) through `interp.studies.docs.Render`, so every number names its JSON key
 and tests/test_docs.py checks it at the precision shown.
 
-    python -m interp.studies.ace_docs          # rewrites every <!-- gen:NAME --> region of docs/cores.md
+    python -m interp.studies.ace_docs docs/cores.md docs/cores_repro.json   # rewrites every <!-- gen:NAME --> region
 
 A region lives between ``<!-- gen:NAME -->`` and ``<!-- /gen:NAME -->``; prose around it is
 hand-written and holds no result numbers. Verdict words are the JSON's own (interp.studies.verdicts).
@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from interp.studies.docs import Render, pointer, write
 
 __all__ = ["cores_regions", "repro_markdown", "splice", "update"]
-
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-
 
 def _yes(x: bool) -> str:
     return "yes" if x else "no"
@@ -400,9 +398,12 @@ def splice(markdown: str, tables: dict[str, str]) -> str:
     return re.sub(r"<!-- table:([a-z_]+) -->\n.*?<!-- /table -->", sub, markdown, flags=re.S)
 
 
-def update(doc: Path = DOCS / "cores.md", data: Path = DOCS / "cores_repro.json") -> Path:
+def update(doc: str | Path, data: str | Path) -> Path:
+    """Fill the `<!-- gen:NAME -->` regions of `doc` from the JSON file `data` (each written atomically)."""
     return write(doc, cores_regions(json.loads(Path(data).read_text())))
 
 
 if __name__ == "__main__":
-    update()
+    if len(sys.argv) != 3:
+        raise SystemExit("usage: python -m interp.studies.ace_docs DOC.md DATA.json")
+    update(sys.argv[1], sys.argv[2])

@@ -448,12 +448,12 @@ def regions(result: dict[str, Any]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="docs/circuits_repro.json", help="the study JSON (made by `interp repro circuits --out`)")
+    p.add_argument("--out", default=None, help="the study JSON (made by `interp repro circuits --out`)")
     p.add_argument("--doc", default=None, help="a markdown file whose <!-- gen:NAME --> regions are rewritten")
     p.add_argument("--render", action="store_true", help="rewrite --doc from --out (no runs; runs go through `interp repro`)")
     args = p.parse_args(argv)
-    if not args.render or not args.doc:
-        p.error("pass --render --doc docs/circuits.md (runs: `interp repro circuits --budget B --out F.json`)")
+    if not args.render or not args.doc or not args.out:
+        p.error("pass --render --doc DOC.md --out DATA.json (runs: `interp repro circuits --budget B --out F.json`)")
     write_doc(Path(args.doc), json.loads(Path(args.out).read_text()))
     return 0
 

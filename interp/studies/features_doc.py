@@ -1,7 +1,7 @@
 """docs/features.md's generated regions, rendered from docs/features.json (interp.studies.docs:
 every number names its JSON key). The JSON is written by `python -m interp.features.suite score`.
 
-    python -m interp.studies.features_doc [--json docs/features.json] [--doc docs/features.md]
+    python -m interp.studies.features_doc --json docs/features.json --doc docs/features.md
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def write_doc(data: dict, doc: str | Path) -> Path:
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(prog="python -m interp.studies.features_doc")
-    p.add_argument("--json", default="docs/features.json")
-    p.add_argument("--doc", default="docs/features.md")
+    p.add_argument("--json", required=True, help="the JSON written by `python -m interp.features.suite score`")
+    p.add_argument("--doc", required=True, help="the markdown whose <!-- gen:NAME --> regions are rewritten")
     a = p.parse_args()
     write_doc(json.loads(Path(a.json).read_text(encoding="utf-8")), a.doc)
