@@ -114,7 +114,8 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-# `interp repro NAME`: the studies in interp.studies (imported only when a repro runs)
+# `interp repro NAME`: the names of interp.studies.protocol.STUDIES, copied here so that `interp --help`
+# imports no study (tests/test_study_protocol.py holds the two equal)
 REPROS = ("circuits", "cores", "extractive", "heuristic-core", "illusions", "specialization", "steering")
 
 
@@ -149,22 +150,12 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _repro(args: argparse.Namespace) -> int:
-    import inspect
-
     from interp.storage import write_text_atomic
-    from interp.studies import study
+    from interp.studies import protocol
 
-    module = study(args.name)
-    overrides = _overrides(args)
-    if "budget" in inspect.signature(module.repro).parameters:
-        result = module.repro(progress=not args.json, models=args.model, budget=args.budget, overrides=overrides,
-                              units=args.units)
-    else:  # a study not yet cut into units and budgets: refuse what it would silently ignore
-        asked = [f"--budget {args.budget}"] * (args.budget != "quick") + [f"--{k}" for k in overrides] + ["--units"] * bool(args.units)
-        if asked:
-            raise InterpError(f"study {args.name!r} takes no budgets yet, so {', '.join(asked)} would be ignored; "
-                              f"run `interp repro {args.name}` with --model / --out / --json only")
-        result = module.repro(progress=not args.json, **({"models": args.model} if args.model else {}))
+    # every registered study has one repro signature (interp.studies.protocol; tests/test_study_protocol.py)
+    result = protocol.study(args.name).repro(progress=not args.json, models=args.model, budget=args.budget,
+                                             overrides=_overrides(args), units=args.units)
     if args.out:  # the study's one JSON, whole or not at all
         write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
     if args.json:

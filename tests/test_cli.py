@@ -103,7 +103,7 @@ def test_repro_budget_options_reach_the_study(monkeypatch, tmp_path, capsys):
     JSON lands whole at --out."""
     import types
 
-    import interp.studies as studies
+    from interp.studies import protocol
 
     seen = {}
 
@@ -111,7 +111,7 @@ def test_repro_budget_options_reach_the_study(monkeypatch, tmp_path, capsys):
         seen.update(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
         return {"budget": {"name": budget, "units_done": 2, "units_total": 3}, "x": 1}
 
-    monkeypatch.setattr(studies, "study", lambda name: types.SimpleNamespace(repro=repro))
+    monkeypatch.setattr(protocol, "study", lambda name: types.SimpleNamespace(repro=repro))
     out = tmp_path / "run.json"
     argv = ["repro", "illusions", "--budget", "paper", "--steps", "5", "--seeds", "0,2", "--rows", "7", "--lr", "0.5",
             "--set", "boot=20", "--set", "ks=[2, 4]", "--set", "note=abc", "--units", str(tmp_path / "u"),
@@ -128,23 +128,6 @@ def test_repro_budget_options_reach_the_study(monkeypatch, tmp_path, capsys):
         main(["repro", "illusions", "--seeds", "a,b"])
     with pytest.raises(SystemExit):
         main(["repro", "illusions", "--set", "novalue"])
-
-
-def test_repro_refuses_budgets_a_study_cannot_take(monkeypatch, capsys):
-    """A study still on the old repro(progress, models) signature gets no budget options: they
-    would be silently ignored, so the CLI refuses them."""
-    import types
-
-    import interp.studies as studies
-
-    calls = []
-    old = types.SimpleNamespace(repro=lambda progress=True, models=None: calls.append(models) or {"ok": True})
-    monkeypatch.setattr(studies, "study", lambda name: old)
-    for extra in (["--budget", "paper"], ["--steps", "3"], ["--units", "u"], ["--set", "boot=3"]):
-        assert main(["repro", "cores", *extra]) == 2
-        assert "takes no budgets yet" in capsys.readouterr().err
-    assert calls == []
-    assert main(["repro", "cores", "--model", "zoo:lm-gpt2", "--json"]) == 0 and calls == [["zoo:lm-gpt2"]]
 
 
 def test_repro_illusions_bad_budget_is_an_error(capsys):

@@ -6,8 +6,9 @@ units=None) -> dict`, what `interp repro NAME --budget quick|paper [--steps N ..
 module's BUDGETS and `overrides` changes its keys (`units.budget` refuses unknown ones); `units`
 is where its finished units are stored (`units.Units`), so a killed run resumes. The dict it
 returns is one run: it carries "budget" and "provenance" (`units.provenance`). A study also
-defines `demo_section(workdir) -> list` (its part of the offline demo's report). Studies that
-still have the old `repro(progress, models)` run through the CLI without budget options.
+defines `demo_section(workdir) -> list` (its part of the offline demo's report). The registry of
+what `interp repro` runs, with each study's doc writer in one signature `write_doc(json_path,
+doc_path)`, is `interp.studies.protocol.STUDIES` (tests/test_study_protocol.py holds every study to it).
 
     heuristic-core   Bhaskar et al. 2024, The Heuristic Core            (interp.masking)
     illusions        Friedman et al. 2024, Interpretability Illusions   (interp.simplify)

@@ -1,0 +1,126 @@
+"""The one shape of a study (issue 29) and the registry `interp repro NAME` dispatches through.
+
+A study is a module of interp.studies with `BUDGETS` (at least "quick", what the tests run, and
+"paper") and `repro(progress, models, budget, overrides, units) -> dict`; its doc is written by
+`write_doc(json_path, doc_path) -> Path` (the study's JSON in, its markdown's generated regions
+refilled). The studies grew their doc writers with different argument orders (doc first, the JSON
+first, the loaded dict); `STUDIES` wraps each in that one signature, so callers (the CLI, tests)
+never special-case a study. Output paths always come from the caller: nothing here names docs/.
+
+    from interp.studies.protocol import study
+    s = study("steering")
+    result = s.repro(budget="quick")           # s.BUDGETS, s.NAME
+    s.write_doc("docs/steering_repro.json", "docs/steering.md")
+
+Nothing is imported until a study is asked for (the CLI's --help stays torch-free).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from interp.errors import InterpError
+
+__all__ = ["REPRO_PARAMETERS", "STUDIES", "Study", "StudyLike", "problems", "study"]
+
+# repro's parameters, in order, each with a default (so `repro()` runs the quick budget)
+REPRO_PARAMETERS = ("progress", "models", "budget", "overrides", "units")
+
+
+class StudyLike(Protocol):
+    """What every registered study offers (a `Study` entry does; `problems` checks one)."""
+
+    NAME: str
+    BUDGETS: Mapping[str, Mapping[str, Any]]
+
+    def repro(self, progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
+              overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]: ...
+
+    def write_doc(self, json_path: str | Path, doc_path: str | Path) -> Path: ...
+
+
+@dataclass(frozen=True)
+class Study:
+    """One registered study: `module` holds BUDGETS and repro; `doc` is the doc writer as
+    "module:function" and `order` the arguments that function takes ("doc,json": the two paths,
+    doc first; "json,doc"; "result,doc" / "doc,result": the loaded JSON dict instead of its path)."""
+
+    NAME: str
+    module: str
+    doc: str
+    order: str = "json,doc"
+
+    def load(self):
+        return importlib.import_module(self.module)
+
+    @property
+    def BUDGETS(self) -> Mapping[str, Mapping[str, Any]]:  # noqa: N802 (the modules' own name for it)
+        return self.load().BUDGETS
+
+    def repro(self, progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
+              overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
+        return self.load().repro(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
+
+    def write_doc(self, json_path: str | Path, doc_path: str | Path) -> Path:
+        """Refill the generated regions of the markdown at `doc_path` from the study JSON at `json_path`."""
+        module, _, name = self.doc.partition(":")
+        given: dict[str, Any] = {"json": Path(json_path), "doc": Path(doc_path)}
+        if "result" in self.order:
+            given["result"] = json.loads(Path(json_path).read_text())
+        return Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+
+
+STUDIES: dict[str, Study] = {s.NAME: s for s in (
+    Study("circuits", "interp.studies.circuits", "interp.studies.circuits:write_doc", "doc,result"),
+    Study("cores", "interp.studies.cores", "interp.studies.ace_docs:update", "doc,json"),
+    Study("extractive", "interp.studies.extractive", "interp.studies.extractive_doc:write_doc", "doc,json"),
+    Study("heuristic-core", "interp.studies.heuristic_core", "interp.studies.heuristic_core_doc:write_doc", "doc,json"),
+    Study("illusions", "interp.studies.illusions", "interp.studies.illusions:write_doc", "doc,json"),
+    Study("specialization", "interp.studies.specialization", "interp.studies.specialization:write_doc", "result,doc"),
+    Study("steering", "interp.studies.steering", "interp.studies.steering:write_doc", "json,doc"),
+)}
+
+
+def study(name: str) -> Study:
+    """The registered study behind `interp repro NAME`."""
+    if name not in STUDIES:
+        raise InterpError(f"no study {name!r}; give one of: {', '.join(sorted(STUDIES))}")
+    return STUDIES[name]
+
+
+def _signature_problems(what: str, fn: Callable, names: Sequence[str], defaults: bool) -> list[str]:
+    params = [p for p in inspect.signature(fn).parameters.values() if p.name != "self"]
+    got = [p.name for p in params][:len(names)]
+    out = [] if got == list(names) else [f"{what} takes {got}, not {list(names)}"]
+    missing = [p.name for p in params[:len(names)] if defaults and p.default is inspect.Parameter.empty]
+    out += [f"{what}: {', '.join(missing)} need defaults"] * bool(missing)
+    extra = [p.name for p in params[len(names):] if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return out + [f"{what} requires more arguments: {', '.join(extra)}"] * bool(extra)
+
+
+def problems(s: Any) -> list[str]:
+    """What keeps `s` from being a study (empty when it is one): its NAME, BUDGETS with quick and
+    paper, repro with REPRO_PARAMETERS (all defaulted) and write_doc(json_path, doc_path)."""
+    out = []
+    if not isinstance(getattr(s, "NAME", None), str) or not s.NAME:
+        out.append("no NAME")
+    budgets = getattr(s, "BUDGETS", None)
+    if not isinstance(budgets, Mapping) or not {"quick", "paper"} <= set(budgets):
+        out.append(f"BUDGETS must include 'quick' and 'paper', has {sorted(budgets or ())}")
+    for attr, names, defaults in (("repro", REPRO_PARAMETERS, True), ("write_doc", ("json_path", "doc_path"), False)):
+        fn = getattr(s, attr, None)
+        out += [f"no {attr}"] if not callable(fn) else _signature_problems(attr, fn, names, defaults)
+    if isinstance(s, Study):  # the module underneath: the wrapper must reach real functions
+        module = s.load()
+        out += _signature_problems(f"{s.module}.repro", module.repro, REPRO_PARAMETERS, True)
+        doc_module, _, doc_fn = s.doc.partition(":")
+        fn = getattr(importlib.import_module(doc_module), doc_fn, None)
+        n = len(s.order.split(","))
+        if fn is None or len(inspect.signature(fn).parameters) < n:
+            out.append(f"{s.doc} is not a function of {n} arguments ({s.order})")
+    return out

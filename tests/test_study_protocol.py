@@ -1,0 +1,77 @@
+"""Every study `interp repro` runs has one shape (interp.studies.protocol, issue 29): a NAME, BUDGETS
+with quick and paper, repro(progress, models, budget, overrides, units) and write_doc(json_path,
+doc_path); the CLI's names are the registry's, and each registered doc writer refills its committed
+doc from its committed JSON exactly."""
+
+from __future__ import annotations
+
+import shutil
+import types
+from pathlib import Path
+
+import pytest
+
+from interp.cli import REPROS
+from interp.errors import InterpError
+from interp.studies import protocol
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+@pytest.mark.parametrize("name", sorted(protocol.STUDIES))
+def test_every_registered_study_satisfies_the_protocol(name):
+    s = protocol.study(name)
+    assert s.NAME == name and protocol.problems(s) == []
+    assert getattr(s.load(), "STUDY", name) == name  # a module that names its unit store names it the same way
+
+
+def test_the_cli_offers_exactly_the_registered_studies():
+    assert sorted(REPROS) == sorted(protocol.STUDIES)
+    with pytest.raises(InterpError, match="give one of: circuits, cores"):
+        protocol.study("steer")
+
+
+def _good(**changes):
+    def repro(progress=True, models=None, budget="quick", overrides=None, units=None):
+        return {}
+
+    def write_doc(json_path, doc_path):
+        return Path(doc_path)
+
+    fields = dict(NAME="x", BUDGETS={"quick": {}, "paper": {}}, repro=repro, write_doc=write_doc)
+    return types.SimpleNamespace(**{**fields, **changes})
+
+
+@pytest.mark.parametrize("change, expect", [
+    ({"BUDGETS": {"quick": {}}}, "BUDGETS must include"),
+    ({"NAME": ""}, "no NAME"),
+    ({"write_doc": lambda doc, data: None}, "write_doc takes ['doc', 'data']"),
+    ({"repro": lambda progress=True, models=None: {}}, "repro takes ['progress', 'models']"),
+    ({"repro": lambda progress, models=None, budget="quick", overrides=None, units=None: {}}, "progress need defaults"),
+    ({"write_doc": lambda json_path, doc_path, extra: None}, "requires more arguments: extra"),
+])
+def test_problems_names_what_breaks_the_protocol(change, expect):
+    assert protocol.problems(_good()) == []
+    found = protocol.problems(_good(**change))
+    assert any(expect in p for p in found), found
+
+
+def test_a_registered_doc_writer_in_the_wrong_order_is_caught():
+    wrong = protocol.Study("steering", "interp.studies.steering", "interp.studies.steering:nope", "json,doc")
+    assert any("is not a function" in p for p in protocol.problems(wrong))
+
+
+@pytest.mark.parametrize("name", sorted(protocol.STUDIES))
+def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
+    stem = name.replace("-", "_")
+    doc, data = DOCS / f"{stem}.md", DOCS / f"{stem}_repro.json"
+    copy = tmp_path / doc.name
+    shutil.copy(doc, copy)
+    marker = "<!-- gen:"
+    text = copy.read_text()
+    start = text.index(marker)  # blank the first generated region: write_doc must put it back
+    body_start = text.index("-->", start) + 3
+    end = text.index("<!-- /gen:", body_start)
+    copy.write_text(text[:body_start] + "\nstale\n" + text[end:])
+    assert protocol.study(name).write_doc(data, copy) == copy
+    assert copy.read_text() == doc.read_text()
