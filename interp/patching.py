@@ -153,12 +153,10 @@ def _named(task: Task | None, by_pos: bool, positions: str | None) -> tuple[str,
     if aligned is None and positions != "mean":
         key, where = next((k, w) for k, w in named.items() if bool((w != w[0]).any()))
         i = int((where != where[0]).nonzero()[0])
-        raise InterpError(
-            f"the rows of task {task.name}/{task.split} do not share their named positions: {key!r} is at index "
-            f"{int(where[0])} in row 0 but {int(where[i])} in row {i} (mixed templates?), so a by-position "
-            "sweep would average different tokens at each index. Pass positions='named' to patch each row at "
-            "its own position for each name (the position axis becomes the names), positions='mean' to accept "
-            "the by-index average, or select rows of one template"
+        raise InterpError(  # rows of mixed templates: one index would average different tokens
+            f"by_pos=True on {task.name}/{task.split}, whose rows do not share their named positions ({key!r}: index "
+            f"{int(where[0])} in row 0, {int(where[i])} in row {i}); pass positions='named' (each row at its own "
+            "position per name), positions='mean' (the by-index average) or rows of one template"
         )
     ticks: dict[int, str] = {}
     for key, index in (aligned or {}).items():
