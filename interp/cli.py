@@ -1,4 +1,4 @@
-"""The `interp` command: info, demo, zoo, sweep, repro, steer, circuit."""
+"""The `interp` command: info, demo, zoo, sweep, repro, doc, steer, circuit."""
 
 from __future__ import annotations
 
@@ -169,6 +169,17 @@ def _repro(args: argparse.Namespace) -> int:
     return 0
 
 
+def _doc(args: argparse.Namespace) -> int:
+    from interp.studies import protocol
+
+    for path, flag in ((args.json_path, "--json"), (args.doc, "--doc")):
+        if not Path(path).is_file():
+            raise InterpError(f"{flag} {path}: no such file; give the study's JSON (from `interp repro {args.name} --out`) "
+                              "and the markdown whose <!-- gen:NAME --> regions it refills")
+    print(f"wrote {protocol.study(args.name).write_doc(args.json_path, args.doc)}")
+    return 0
+
+
 def _steer(args: argparse.Namespace) -> int:
     from interp.model import load
     from interp.steering import Axis, Steer, generate
@@ -289,6 +300,11 @@ def _add_repro(sub) -> None:
                         "repeat for several; default: the study's own models")
     p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
     p.set_defaults(func=_repro)
+    p = sub.add_parser("doc", help="refill a study doc's generated regions from its JSON (no runs)")
+    p.add_argument("name", choices=sorted(REPROS), help="which study")
+    p.add_argument("--json", dest="json_path", required=True, metavar="FILE.json", help="the study's JSON (`interp repro --out`)")
+    p.add_argument("--doc", required=True, metavar="FILE.md", help="the markdown whose <!-- gen:NAME --> regions are rewritten")
+    p.set_defaults(func=_doc)
 
 
 def _add_circuit_and_steer(sub) -> None:

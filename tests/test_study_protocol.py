@@ -75,3 +75,14 @@ def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
     copy.write_text(text[:body_start] + "\nstale\n" + text[end:])
     assert protocol.study(name).write_doc(data, copy) == copy
     assert copy.read_text() == doc.read_text()
+
+
+def test_interp_doc_refills_a_doc_through_the_registry(tmp_path, capsys):
+    from interp.cli import main
+
+    copy = tmp_path / "steering.md"
+    copy.write_text((DOCS / "steering.md").read_text().replace("interp repro steering --budget cpu --out", "stale", 1))
+    assert main(["doc", "steering", "--json", str(DOCS / "steering_repro.json"), "--doc", str(copy)]) == 0
+    assert copy.read_text() == (DOCS / "steering.md").read_text() and f"wrote {copy}" in capsys.readouterr().out
+    assert main(["doc", "steering", "--json", str(tmp_path / "none.json"), "--doc", str(copy)]) == 2
+    assert "--json" in capsys.readouterr().err and copy.read_text() == (DOCS / "steering.md").read_text()
