@@ -114,7 +114,7 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-# `interp repro NAME`: the names of interp.studies.protocol.STUDIES, copied here so that `interp --help`
+# `interp repro NAME`: the names of interp.studies.protocol.REGISTRY, copied here so that `interp --help`
 # imports no study (tests/test_study_protocol.py holds the two equal)
 REPROS = ("circuits", "cores", "extractive", "heuristic-core", "illusions", "specialization", "steering")
 

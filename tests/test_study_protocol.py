@@ -18,7 +18,7 @@ from interp.studies import protocol
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("name", sorted(protocol.STUDIES))
+@pytest.mark.parametrize("name", sorted(protocol.REGISTRY))
 def test_every_registered_study_satisfies_the_protocol(name):
     s = protocol.study(name)
     assert s.NAME == name and protocol.problems(s) == []
@@ -26,7 +26,7 @@ def test_every_registered_study_satisfies_the_protocol(name):
 
 
 def test_the_cli_offers_exactly_the_registered_studies():
-    assert sorted(REPROS) == sorted(protocol.STUDIES)
+    assert sorted(REPROS) == sorted(protocol.REGISTRY)
     with pytest.raises(InterpError, match="give one of: circuits, cores"):
         protocol.study("steer")
 
@@ -61,7 +61,7 @@ def test_a_registered_doc_writer_in_the_wrong_order_is_caught():
     assert any("is not a function" in p for p in protocol.problems(wrong))
 
 
-@pytest.mark.parametrize("name", sorted(protocol.STUDIES))
+@pytest.mark.parametrize("name", sorted(protocol.REGISTRY))
 def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
     stem = name.replace("-", "_")
     doc, data = DOCS / f"{stem}.md", DOCS / f"{stem}_repro.json"

@@ -8,7 +8,7 @@ is where its finished units are stored (`units.Units`), so a killed run resumes.
 returns is one run: it carries "budget" and "provenance" (`units.provenance`). A study also
 defines `demo_section(workdir) -> list` (its part of the offline demo's report). The registry of
 what `interp repro` runs, with each study's doc writer in one signature `write_doc(json_path,
-doc_path)`, is `interp.studies.protocol.STUDIES` (tests/test_study_protocol.py holds every study to it).
+doc_path)`, is `interp.studies.protocol.REGISTRY` (tests/test_study_protocol.py holds every study to it).
 
     heuristic-core   Bhaskar et al. 2024, The Heuristic Core            (interp.masking)
     illusions        Friedman et al. 2024, Interpretability Illusions   (interp.simplify)
@@ -37,14 +37,7 @@ STUDIES = {
 
 
 def study(name: str):
-    """The study module behind `interp repro NAME` (imported on first use)."""
-    import importlib
+    """The study module behind `interp repro NAME` (`interp.studies.protocol.study(name).load()`)."""
+    from interp.studies import protocol
 
-    if name in STUDIES:
-        return STUDIES[name]
-    try:
-        return importlib.import_module(f"interp.studies.{name.replace('-', '_')}")
-    except ModuleNotFoundError as err:
-        from interp.errors import InterpError
-
-        raise InterpError(f"no study {name!r}; studies: {', '.join(sorted(STUDIES))}") from err
+    return protocol.study(name).load()

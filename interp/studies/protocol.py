@@ -4,7 +4,7 @@ A study is a module of interp.studies with `BUDGETS` (at least "quick", what the
 "paper") and `repro(progress, models, budget, overrides, units) -> dict`; its doc is written by
 `write_doc(json_path, doc_path) -> Path` (the study's JSON in, its markdown's generated regions
 refilled). The studies grew their doc writers with different argument orders (doc first, the JSON
-first, the loaded dict); `STUDIES` wraps each in that one signature, so callers (the CLI, tests)
+first, the loaded dict); `REGISTRY` wraps each in that one signature, so callers (the CLI, tests)
 never special-case a study. Output paths always come from the caller: nothing here names docs/.
 
     from interp.studies.protocol import study
@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["REPRO_PARAMETERS", "STUDIES", "Study", "StudyLike", "problems", "study"]
+__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Study", "StudyLike", "problems", "study"]
 
 # repro's parameters, in order, each with a default (so `repro()` runs the quick budget)
 REPRO_PARAMETERS = ("progress", "models", "budget", "overrides", "units")
@@ -75,7 +75,7 @@ class Study:
         return Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
 
 
-STUDIES: dict[str, Study] = {s.NAME: s for s in (
+REGISTRY: dict[str, Study] = {s.NAME: s for s in (
     Study("circuits", "interp.studies.circuits", "interp.studies.circuits:write_doc", "doc,result"),
     Study("cores", "interp.studies.cores", "interp.studies.ace_docs:update", "doc,json"),
     Study("extractive", "interp.studies.extractive", "interp.studies.extractive_doc:write_doc", "doc,json"),
@@ -88,9 +88,9 @@ STUDIES: dict[str, Study] = {s.NAME: s for s in (
 
 def study(name: str) -> Study:
     """The registered study behind `interp repro NAME`."""
-    if name not in STUDIES:
-        raise InterpError(f"no study {name!r}; give one of: {', '.join(sorted(STUDIES))}")
-    return STUDIES[name]
+    if name not in REGISTRY:
+        raise InterpError(f"no study {name!r}; give one of: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
 
 
 def _signature_problems(what: str, fn: Callable, names: Sequence[str], defaults: bool) -> list[str]:
