@@ -154,7 +154,7 @@ def _repro(args: argparse.Namespace) -> int:
     from interp.studies import protocol
 
     # every registered study has one repro signature (interp.studies.protocol; tests/test_study_protocol.py)
-    result = protocol.study(args.name).repro(progress=not args.json, models=args.model, budget=args.budget,
+    result = protocol.get(args.name).repro(progress=not args.json, models=args.model, budget=args.budget,
                                              overrides=_overrides(args), units=args.units)
     if args.out:  # the study's one JSON, whole or not at all
         write_text_atomic(args.out, json.dumps(result, indent=2) + "\n")
@@ -176,7 +176,7 @@ def _doc(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise InterpError(f"{flag} {path}: no such file; give the study's JSON (from `interp repro {args.name} --out`) "
                               "and the markdown whose <!-- gen:NAME --> regions it refills")
-    print(f"wrote {protocol.study(args.name).write_doc(args.json_path, args.doc)}")
+    print(f"wrote {protocol.get(args.name).write_doc(args.json_path, args.doc)}")
     return 0
 
 

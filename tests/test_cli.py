@@ -111,7 +111,7 @@ def test_repro_budget_options_reach_the_study(monkeypatch, tmp_path, capsys):
         seen.update(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
         return {"budget": {"name": budget, "units_done": 2, "units_total": 3}, "x": 1}
 
-    monkeypatch.setattr(protocol, "study", lambda name: types.SimpleNamespace(repro=repro))
+    monkeypatch.setattr(protocol, "get", lambda name: types.SimpleNamespace(repro=repro))
     out = tmp_path / "run.json"
     argv = ["repro", "illusions", "--budget", "paper", "--steps", "5", "--seeds", "0,2", "--rows", "7", "--lr", "0.5",
             "--set", "boot=20", "--set", "ks=[2, 4]", "--set", "note=abc", "--units", str(tmp_path / "u"),

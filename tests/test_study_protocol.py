@@ -20,7 +20,7 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 @pytest.mark.parametrize("name", sorted(protocol.REGISTRY))
 def test_every_registered_study_satisfies_the_protocol(name):
-    s = protocol.study(name)
+    s = protocol.get(name)
     assert s.NAME == name and protocol.problems(s) == []
     assert getattr(s.load(), "STUDY", name) == name  # a module that names its unit store names it the same way
 
@@ -28,7 +28,7 @@ def test_every_registered_study_satisfies_the_protocol(name):
 def test_the_cli_offers_exactly_the_registered_studies():
     assert sorted(REPROS) == sorted(protocol.REGISTRY)
     with pytest.raises(InterpError, match="give one of: circuits, cores"):
-        protocol.study("steer")
+        protocol.get("steer")
 
 
 def _good(**changes):
@@ -57,7 +57,7 @@ def test_problems_names_what_breaks_the_protocol(change, expect):
 
 
 def test_a_registered_doc_writer_in_the_wrong_order_is_caught():
-    wrong = protocol.Study("steering", "interp.studies.steering", "interp.studies.steering:nope", "json,doc")
+    wrong = protocol.Entry("steering", "interp.studies.steering", "interp.studies.steering:nope", "json,doc")
     assert any("is not a function" in p for p in protocol.problems(wrong))
 
 
@@ -73,7 +73,7 @@ def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
     body_start = text.index("-->", start) + 3
     end = text.index("<!-- /gen:", body_start)
     copy.write_text(text[:body_start] + "\nstale\n" + text[end:])
-    assert protocol.study(name).write_doc(data, copy) == copy
+    assert protocol.get(name).write_doc(data, copy) == copy
     assert copy.read_text() == doc.read_text()
 
 

@@ -37,7 +37,7 @@ STUDIES = {
 
 
 def study(name: str):
-    """The study module behind `interp repro NAME` (`interp.studies.protocol.study(name).load()`)."""
+    """The study module behind `interp repro NAME` (`interp.studies.protocol.get(name).load()`)."""
     from interp.studies import protocol
 
-    return protocol.study(name).load()
+    return protocol.get(name).load()

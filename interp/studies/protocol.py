@@ -7,8 +7,8 @@ refilled). The studies grew their doc writers with different argument orders (do
 first, the loaded dict); `REGISTRY` wraps each in that one signature, so callers (the CLI, tests)
 never special-case a study. Output paths always come from the caller: nothing here names docs/.
 
-    from interp.studies.protocol import study
-    s = study("steering")
+    from interp.studies.protocol import get
+    s = get("steering")
     result = s.repro(budget="quick")           # s.BUDGETS, s.NAME
     s.write_doc("docs/steering_repro.json", "docs/steering.md")
 
@@ -26,14 +26,14 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Study", "StudyLike", "problems", "study"]
+__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "get", "problems"]
 
 # repro's parameters, in order, each with a default (so `repro()` runs the quick budget)
 REPRO_PARAMETERS = ("progress", "models", "budget", "overrides", "units")
 
 
-class StudyLike(Protocol):
-    """What every registered study offers (a `Study` entry does; `problems` checks one)."""
+class StudyProtocol(Protocol):
+    """What every registered study offers (an `Entry` does; `problems` checks one)."""
 
     NAME: str
     BUDGETS: Mapping[str, Mapping[str, Any]]
@@ -45,7 +45,7 @@ class StudyLike(Protocol):
 
 
 @dataclass(frozen=True)
-class Study:
+class Entry:
     """One registered study: `module` holds BUDGETS and repro; `doc` is the doc writer as
     "module:function" and `order` the arguments that function takes ("doc,json": the two paths,
     doc first; "json,doc"; "result,doc" / "doc,result": the loaded JSON dict instead of its path)."""
@@ -75,18 +75,18 @@ class Study:
         return Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
 
 
-REGISTRY: dict[str, Study] = {s.NAME: s for s in (
-    Study("circuits", "interp.studies.circuits", "interp.studies.circuits:write_doc", "doc,result"),
-    Study("cores", "interp.studies.cores", "interp.studies.ace_docs:update", "doc,json"),
-    Study("extractive", "interp.studies.extractive", "interp.studies.extractive_doc:write_doc", "doc,json"),
-    Study("heuristic-core", "interp.studies.heuristic_core", "interp.studies.heuristic_core_doc:write_doc", "doc,json"),
-    Study("illusions", "interp.studies.illusions", "interp.studies.illusions:write_doc", "doc,json"),
-    Study("specialization", "interp.studies.specialization", "interp.studies.specialization:write_doc", "result,doc"),
-    Study("steering", "interp.studies.steering", "interp.studies.steering:write_doc", "json,doc"),
+REGISTRY: dict[str, Entry] = {s.NAME: s for s in (
+    Entry("circuits", "interp.studies.circuits", "interp.studies.circuits:write_doc", "doc,result"),
+    Entry("cores", "interp.studies.cores", "interp.studies.ace_docs:update", "doc,json"),
+    Entry("extractive", "interp.studies.extractive", "interp.studies.extractive_doc:write_doc", "doc,json"),
+    Entry("heuristic-core", "interp.studies.heuristic_core", "interp.studies.heuristic_core_doc:write_doc", "doc,json"),
+    Entry("illusions", "interp.studies.illusions", "interp.studies.illusions:write_doc", "doc,json"),
+    Entry("specialization", "interp.studies.specialization", "interp.studies.specialization:write_doc", "result,doc"),
+    Entry("steering", "interp.studies.steering", "interp.studies.steering:write_doc", "json,doc"),
 )}
 
 
-def study(name: str) -> Study:
+def get(name: str) -> Entry:
     """The registered study behind `interp repro NAME`."""
     if name not in REGISTRY:
         raise InterpError(f"no study {name!r}; give one of: {', '.join(sorted(REGISTRY))}")
@@ -115,7 +115,7 @@ def problems(s: Any) -> list[str]:
     for attr, names, defaults in (("repro", REPRO_PARAMETERS, True), ("write_doc", ("json_path", "doc_path"), False)):
         fn = getattr(s, attr, None)
         out += [f"no {attr}"] if not callable(fn) else _signature_problems(attr, fn, names, defaults)
-    if isinstance(s, Study):  # the module underneath: the wrapper must reach real functions
+    if isinstance(s, Entry):  # the module underneath: the wrapper must reach real functions
         module = s.load()
         out += _signature_problems(f"{s.module}.repro", module.repro, REPRO_PARAMETERS, True)
         doc_module, _, doc_fn = s.doc.partition(":")
