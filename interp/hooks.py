@@ -10,6 +10,7 @@ heads are in `interp.sites`.
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence
@@ -86,8 +87,24 @@ def hooks(model, fwd: HookList = (), bwd: HookList = ()) -> Iterator[object]:
     Names are validated before anything is added, so a typo fails before the model runs.
     """
     check_hook_names(model, [n for n, _ in fwd] + [n for n, _ in bwd])
-    with model.hooks(fwd_hooks=[(n, _naming(n, f)) for n, f in fwd], bwd_hooks=[(n, _naming(n, f)) for n, f in bwd]):
-        yield model
+    with warnings.catch_warnings():
+        # TL 4.3 only warns when an attention run inside the HF module (BERT's) drops a hook's edit:
+        # a silently unchanged result is worse than no result
+        warnings.filterwarnings("error", message=_DISCARDED, category=UserWarning)
+        try:
+            with model.hooks(fwd_hooks=[(n, _naming(n, f)) for n, f in fwd], bwd_hooks=[(n, _naming(n, f)) for n, f in bwd]):
+                yield model
+        except UserWarning as err:
+            if re.match(_DISCARDED, str(err)) is None:
+                raise
+            kind = str(err).split()[3].rsplit(".", 1)[-1]  # TL names the hook without its layer
+            where = ", ".join(dict.fromkeys(n for n, _ in fwd if n.endswith(kind))) or kind
+            raise InterpError(f"an edit at {where} would be ignored: on this model TransformerLens runs that attention inside "
+                              "the Hugging Face module, which never reads the edited tensor; edit blocks.L.attn.hook_z or the "
+                              "residual stream instead") from None
+
+
+_DISCARDED = r"A hook on \S+ returned a modified tensor, but .*discarded"
 
 
 def _naming(name: str, fn: HookFn) -> HookFn:

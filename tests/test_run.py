@@ -21,6 +21,10 @@ def metric(logits):
     return (logits[:, -1, 7] - logits[:, -1, 8]).mean()
 
 
+def _is_encoder(model) -> bool:
+    return "bert" in type(model.original_model).__name__.lower()
+
+
 def _variants(model, clean, corrupt):
     names = ["blocks.0.attn.hook_z", "blocks.1.hook_resid_pre", "blocks.1.attn.hook_pattern", "blocks.0.hook_mlp_out"]
     _, src = run.cache(model, clean, names)
@@ -31,7 +35,7 @@ def _variants(model, clean, corrupt):
         [],
         [Patch(names[0], src[names[0]], pos=5, head=1)],
         [Patch(names[1], src[names[1]], pos=3)],
-        [Patch(names[2], src[names[2]], pos=6, head=0)],
+        *([] if _is_encoder(model) else [[Patch(names[2], src[names[2]], pos=6, head=0)]]),  # see below for BERT
         [Patch(names[1], src[names[1]]), Mask.ablate("z", [0, 2], n_heads=model.cfg.n_heads, layer=1)],
         [Project("resid_mid", basis, torch.zeros(d), "core_removed", positions=torch.tensor([6, 4, 5]), layer=1)],
         [Mask("mlp_out", torch.tensor(0.3), layer=0)],
@@ -185,3 +189,17 @@ def test_observe_streams_what_cache_records_and_leaves_no_hook(family, tiny_mode
     with pytest.raises(RuntimeError), run.observe(model, names, lambda n, a: None):
         raise RuntimeError("a failing body")
     assert not any(hp.has_hooks() for hp in model.hook_dict.values())  # removed even on error
+
+
+def test_an_edit_the_model_would_ignore_is_refused(tiny_models):
+    # TL 4.3 runs BERT's attention inside the HF module: an edited pattern would change nothing
+    model = tiny_models["bert"]
+    clean, _ = _pair(model)
+    name = "blocks.1.attn.hook_pattern"
+    _, src = run.cache(model, clean, [name])
+    with pytest.raises(InterpError, match="an edit at blocks.1.attn.hook_pattern would be ignored"):
+        run.logits(model, clean, [Patch(name, torch.zeros_like(src[name]))])
+    assert torch.equal(run.logits(model, clean), run.logits(model, clean))  # nothing left behind
+    gpt2 = tiny_models["gpt2"]  # where the edit is read, it changes the logits
+    _, src = run.cache(gpt2, clean, [name])
+    assert not torch.allclose(run.logits(gpt2, clean, [Patch(name, torch.zeros_like(src[name]))]), run.logits(gpt2, clean))
