@@ -52,8 +52,12 @@ cells = [
         "check.to_frame().assign(eap_ig=top.scores.tolist()).head(8)"
     ),
     new_markdown_cell(
-        "## Faithfulness\n\nThe model run with every edge outside the top n mean-ablated: the fraction of the "
-        "clean-minus-corrupt logit difference recovered, as n grows."
+        "## Faithfulness\n\nThe model run with every edge outside the top n mean-ablated: the fraction f of the "
+        "clean-minus-corrupt logit difference recovered, as n grows. Its headline is MIB's two areas over MIB's circuit "
+        "sizes: the area between f and 1 (with edges taken by |score|, as here, MIB's CMD: lower is better) and the area "
+        "under f (MIB's CPR when edges are taken by signed score, `order='signed'`: higher is better). MIB also prunes "
+        "each circuit and ablates from the counterfactual input: `circuits.circuit_scores` gives MIB's CPR and CMD for "
+        "several rankings side by side, beside random circuits of the same sizes."
     ),
     new_code_cell(
         "curve = circuits.faithfulness_curve(model, ioi, graph, ablation='mean', progress=False)\n"
