@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from interp.errors import InterpError
 from interp.results import Grid
 from interp.storage import write_text_atomic
 
-if TYPE_CHECKING:
-    from interp.sweep_jobs import Job
+Job = dict[str, Any]  # a planned job: id, key, model, config (interp.sweep_jobs builds them)
 
 __all__ = ["Recorder", "Store"]
 
