@@ -68,6 +68,15 @@ def _base_run(model, tokens: Tensor) -> _BaseRun:
     return _BaseRun(out, [found[n] for n in names], cached_keys_values(kv))
 
 
+def _plain_logits(model, tokens: Tensor, answer_pos: Tensor | None) -> Tensor:
+    """The model's logits on `tokens`, unembedded only at `answer_pos` when given (NaN elsewhere)."""
+    if answer_pos is None:
+        return model(tokens)
+    with hooks(model, [("unembed.hook_in", gather_hook(answer_pos))]):
+        at = model(tokens)
+    return spread(at[:, 0], answer_pos, tokens.shape[1])
+
+
 def _batched_hooks(members: list[list[Intervention]], batch: int, start: int) -> list[tuple[str, Callable]]:
     by_site: dict[str, list[tuple[int, Intervention]]] = {}
     for j, ivs in enumerate(members):
@@ -137,6 +146,11 @@ def evaluate(
             _check_sources(ivs, batch)
         starts = [start_of(model, ivs, n_pos) for ivs in acts]
         with torch.no_grad(), edited(model, edits):
+            if all(s[0] >= model.cfg.n_layers for s in starts):  # weight edits only: one forward, nothing to resume
+                logits = _plain_logits(model, tokens, answer_pos)
+                for i in indices:
+                    found[i] = _measure(metric, logits, "base")
+                continue
             base = _base_run(model, tokens) if resumable else None
             base_logits = base.logits if base is not None else model(tokens)
             plain = [k for k, s in enumerate(starts) if s[0] >= model.cfg.n_layers]
