@@ -155,3 +155,23 @@ def test_real_model_reload_equals_an_uncached_load(name, real_cache):
         assert cached.tokenizer(text).input_ids == auto(text).input_ids
         assert torch.equal(cached.to_tokens(text), uncached.to_tokens(text))
     assert cached.tokenizer.padding_side == auto.padding_side
+
+
+
+def test_writing_a_cached_models_weights_leaves_the_cache_as_it_was(tmp_path, cache):
+    """The cached weights are memory-mapped copy-on-write: training a loaded model in place must not
+    reach the file the next load reads."""
+    folder = interp.build_tiny("llama", tmp_path / "m", seed=6)
+    plain = interp.load(folder, weights_cache=False)
+    interp.load(folder, weights_cache=True)  # writes the cache
+    mapped = interp.load(folder, weights_cache=True)
+    with torch.no_grad():
+        for p in mapped.parameters():
+            p.add_(1.0)
+    _same(plain, interp.load(folder, weights_cache=True))
+
+
+def test_warm_is_a_no_op_without_a_cache_file(tmp_path, cache):
+    folder = interp.build_tiny("llama", tmp_path / "m", seed=7)
+    load_cache.warm(folder, None)  # nothing cached yet: no error, nothing written
+    assert not (cache / "processed").exists()

@@ -257,6 +257,11 @@ def load(
         kwargs["device_map"] = device_map
     if max_memory is not None:
         kwargs["max_memory"] = max_memory
+    if weights_cache is None:
+        weights_cache = local is not None and load_cache.weights_bytes(local) >= load_cache.CACHE_MIN_BYTES
+    cached = local is not None and weights_cache and device_map is None
+    if cached:
+        load_cache.warm(local, dtype)  # the kernel reads the file ahead while the tokenizer and bridge are built
     zoo_tokenizer = False
     if local is not None:
         tokenizer = _local_tokenizer(local)
@@ -265,9 +270,6 @@ def load(
             tokenizer = load_cache.fast_tokenizer(local)
         if tokenizer is not None:
             kwargs["tokenizer"] = tokenizer
-    if weights_cache is None:
-        weights_cache = local is not None and load_cache.weights_bytes(local) >= load_cache.CACHE_MIN_BYTES
-    cached = local is not None and weights_cache and device_map is None
     try:
         with quiet_loading():
             bridge = TransformerBridge.boot_transformers(target, **kwargs)
