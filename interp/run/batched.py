@@ -16,6 +16,7 @@ from interp.hooks import hooks
 from interp.interventions import Intervention
 from interp.metrics import Metric
 from interp.model.resuming import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
+from interp.run.hf_hooks import forward
 from interp.run.planner import forward_cost, plan_forwards, start_of, variants_that_fit
 from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, split_items, spread
 
@@ -69,12 +70,14 @@ def _base_run(model, tokens: Tensor) -> _BaseRun:
 
 
 def _plain_logits(model, tokens: Tensor, answer_pos: Tensor | None) -> Tensor:
-    """The model's logits on `tokens`, unembedded only at `answer_pos` when given (NaN elsewhere)."""
+    """The model's logits on `tokens` (under the weight edits in place), unembedded only at
+    `answer_pos` when given (NaN elsewhere); natively where it can (`hf_hooks.forward`)."""
     if answer_pos is None:
-        return model(tokens)
-    with hooks(model, [("unembed.hook_in", gather_hook(answer_pos))]):
-        at = model(tokens)
-    return spread(at[:, 0], answer_pos, tokens.shape[1])
+        return forward(model, tokens)
+    keep, index = answer_pos.unique(return_inverse=True)  # positions the batch shares
+    logits = forward(model, tokens, keep)
+    at = logits[torch.arange(tokens.shape[0], device=logits.device), index.to(logits.device)]
+    return spread(at, answer_pos, tokens.shape[1])
 
 
 def _batched_hooks(members: list[list[Intervention]], batch: int, start: int) -> list[tuple[str, Callable]]:

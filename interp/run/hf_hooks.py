@@ -17,7 +17,7 @@ from interp.interventions import Intervention
 from interp.model.resuming import can_resume
 from interp.run.runner import split_items
 
-__all__ = ["natively", "natively_possible"]
+__all__ = ["forward", "natively", "natively_possible"]
 
 
 def natively_possible(model, names: Sequence[str]) -> bool:
@@ -109,3 +109,25 @@ def natively(model, hf: torch.nn.Module, interventions: Sequence[Intervention] =
     finally:
         for handle in handles:
             handle.remove()
+
+
+def forward(model, tokens: Tensor, keep: Tensor | None = None) -> Tensor:
+    """The model's logits [batch, pos, vocab] on `tokens` under whatever weights are swapped in now
+    (`run.intervened` / the runner's weight edits), with no activation intervention: the HF model
+    under the bridge runs on its own where it computes the bridge's logits (`natively_possible`),
+    so a loop of weight-only forwards (a probe's checks, a fine-tune) costs what plain torch does;
+    else the bridge. `keep` [k]: unembed only these positions (logits [batch, k, vocab])."""
+    if natively_possible(model, ()):
+        from interp.native import unwrapped
+
+        # built here, not cached: a copy made before the weights were swapped would not see them
+        return unwrapped(model)(input_ids=tokens, **({} if keep is None else {"logits_to_keep": keep})).logits
+    if keep is None:
+        return model(tokens)
+    from interp.hooks import hooks
+
+    def gather(act: Tensor, *, hook) -> Tensor:
+        return act[:, keep.to(act.device)]
+
+    with hooks(model, [("unembed.hook_in", gather)]):
+        return model(tokens)
