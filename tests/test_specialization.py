@@ -86,6 +86,9 @@ def test_a_second_run_reads_every_unit_back(result, units):
 
 def test_aggregating_without_units_says_not_run(tmp_path):
     empty = study.repro(progress=False, budget="quick", units=tmp_path, compute=False)
+    by_set = study.repro(progress=False, budget="quick", units=tmp_path, overrides={"compute": False})
+    assert by_set["models"] == empty["models"]  # the command line's `--set compute=false`
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # nothing computed, nothing stored
     m = empty["models"][SPEC]
     assert empty["budget"]["units_done"] == 0
     assert {c["word"] for c in m["claims"].values()} == {"not run"}

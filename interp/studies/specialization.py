@@ -52,7 +52,8 @@ ZOO_PROBE_TASK = {"counting": "up", "grammar": "agree", "facts": "capital"}
 # random_search: the probe's own search on random scores (can fail); random_counts: the probe's
 # per-matrix counts pruned at random (cannot fail: reported, not used for a verdict)
 CONTROLS = ("random_search", "magnitude", "random_counts")
-_COMMON = dict(n_val=32, n_groups=10, grouping="row", max_checks=0, k=0.1, bootstrap=1000, permutations=10000)
+# compute=False (`--set compute=false`): aggregate the stored units only, computing none
+_COMMON = dict(n_val=32, n_groups=10, grouping="row", max_checks=0, k=0.1, bootstrap=1000, permutations=10000, compute=True)
 BUDGETS = {
     "quick": {**_COMMON, "models": ["zoo:multidomain"], "n_test": 32, "sparsity": 0.6, "tolerance": 0.05,
               "bootstrap": 200, "permutations": 2000, "formats": ["default"]},
@@ -297,6 +298,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     units already stored (the JSON of a run still under way says how many are done)."""
     start = time.time()
     b = resolve_budget(BUDGETS, budget, overrides)
+    compute = compute and b["compute"]
     specs = list(models) if models else list(b["models"])
     store = Units("specialization", units, version=VERSION)
     out: dict[str, Any] = {"paper": PAPER, "models": {}}
