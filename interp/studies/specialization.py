@@ -302,7 +302,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     specs = list(models) if models else list(b["models"])
     store = Units("specialization", units, version=VERSION)
     out: dict[str, Any] = {"paper": PAPER, "models": {}}
-    all_configs, seconds = [], {}
+    all_configs, seconds, res_checks = [], {}, {}
     for spec in specs:
         configs = _configs(spec, b)
         fns = _unit_fns(_Model(spec, b), store, configs)
@@ -312,12 +312,59 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
             if got is not None:
                 res[name] = got
                 seconds[f"{spec} {' '.join(name)}"] = store.seconds(configs[name])
+                if "checks" in got:
+                    res_checks[f"{spec} {' '.join(name)}"] = got["checks"]
         all_configs += configs.values()
         out["models"][spec] = _model_result(spec, res, b)
     done, total = store.count(all_configs)
+    out["estimate"] = estimate(all_configs, seconds, res_checks)
     out["budget"] = budget_record(budget, b, None, done, total)
     out["provenance"] = provenance(budget, b, None, time.time() - start, done, total, units_run=store.ran, units_s=seconds)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# what the budget costs: measured on this CPU, estimated on one GPU
+
+# An estimate, not a measurement: a probe check or a test batch is one forward of a ~100M-parameter
+# decoder at 32-200 rows of ~20 tokens, launch-bound on a datacenter GPU (~30 blocks x ~15 kernels at
+# ~10 us each, and ~10 ms of Python around them), plus the weight mask's multiply (read weights and
+# mask, write: ~3 passes at ~2 TB/s).
+GPU_ASSUMED = {"kernels_per_forward": 450, "launch_us": 10, "python_ms": 10, "params": 135e6, "passes": 3,
+               "gb_per_s": 2000, "test_forwards_per_unit": 9}
+
+
+def _kind(config: dict[str, Any]) -> str:
+    return config.get("kind") or config["unit"]
+
+
+def estimate(configs: list[dict[str, Any]], seconds: dict[str, float | None], checks: dict[str, int]) -> dict[str, Any]:
+    """The budget's cost. On this CPU: the stored units' measured seconds, and each missing unit at the
+    mean of the stored units of its kind (overlap, full, probe, random_search, magnitude, random_counts;
+    None while a kind has no stored unit). On one GPU, an estimate: every search at the stored searches'
+    mean number of checks, one GPU_ASSUMED forward per check and per test batch."""
+    measured: dict[str, list[float]] = {}
+    for name, sec in seconds.items():  # "spec unit [domain] [kind]": the kind is the last word of a control
+        if sec is not None:
+            words = name.split()
+            measured.setdefault(words[-1] if words[1] == "control" else words[1], []).append(sec)
+    mean = {k: sum(v) / len(v) for k, v in measured.items()}
+    counts: dict[str, int] = {}
+    for c in configs:
+        counts[_kind(c)] = counts.get(_kind(c), 0) + 1
+    left = {k: n - len(measured.get(k, [])) for k, n in counts.items() if n > len(measured.get(k, []))}
+    never = sorted(k for k in left if k not in mean)
+    a = GPU_ASSUMED
+    forward = (a["kernels_per_forward"] * a["launch_us"] * 1e-6 + a["python_ms"] * 1e-3
+               + a["params"] * 4 * a["passes"] / (a["gb_per_s"] * 1e9))
+    per_search = sum(checks.values()) / len(checks) if checks else None
+    searches = counts.get("probe", 0) + counts.get("random_search", 0)
+    gpu_s = None if per_search is None else forward * (searches * per_search + len(configs) * a["test_forwards_per_unit"])
+    return {"units": len(configs), "stored": sum(len(v) for v in measured.values()),
+            "stored_cpu_h": sum(map(sum, measured.values())) / 3600, "mean_s_by_kind": mean, "missing_by_kind": left,
+            "remaining_cpu_h": None if never else sum(n * mean[k] for k, n in left.items()) / 3600,
+            "kinds_never_run": never, "gpu_assumed": a, "gpu_forward_s_estimate": forward,
+            "mean_checks_per_search": per_search, "paper_gpu_min_estimate": None if gpu_s is None else gpu_s / 60}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -31,6 +31,22 @@ def _run_line(r: Render, result: dict) -> str:
             f"{r.int('/budget/units_total')}; wall time of the aggregating run {r.num('/provenance/wall_s')} s.")
 
 
+def _cost(r: Render, result: dict) -> list[str]:
+    e = result.get("estimate")
+    if e is None:
+        return []
+    left = ("the remaining units at the mean time of the stored units of their kind: "
+            f"{r.num('/estimate/remaining_cpu_h')} hours more on one core" if e["remaining_cpu_h"] is not None
+            else f"no estimate of the rest yet (no unit of kind {', '.join(e['kinds_never_run'])} is stored)")
+    gpu = ("" if e["paper_gpu_min_estimate"] is None else
+           f" On one GPU, an estimate (not measured: each of the budget's searches at the stored ones' mean of "
+           f"{r.num('/estimate/mean_checks_per_search')} checks, each check and test batch one launch-bound forward of "
+           f"{r.num('/estimate/gpu_forward_s_estimate')} s, assumptions in the JSON's `estimate.gpu_assumed`): "
+           f"{r.num('/estimate/paper_gpu_min_estimate')} minutes for the whole budget.")
+    return ["", f"What this budget costs: the {r.int('/estimate/stored')} stored units of {r.int('/estimate/units')} took "
+                f"{r.num('/estimate/stored_cpu_h')} CPU hours here (one core each, the machine shared); {left}.{gpu}"]
+
+
 def _verdicts(r: Render, result: dict) -> str:
     out = ["| model | claim | verdict |", "|---|---|---|"]
     for spec, m in result["models"].items():
@@ -130,7 +146,8 @@ def regions(result: dict) -> dict[str, str]:
              for name, sec in result["provenance"].get("units_s", {}).items() if sec is not None]
     timing = ["", "Seconds each stored unit took when it ran (this shared two-core CPU, loaded by other work):", "",
               "| unit | seconds |", "|---|---|", *times] if times else []
-    out = {"run": r.region("\n".join([_run_line(r, result), *timing])), "verdicts": r.region(_verdicts(r, result))}
+    out = {"run": r.region("\n".join([_run_line(r, result), *_cost(r, result), *timing])),
+           "verdicts": r.region(_verdicts(r, result))}
     body: list[str] = []
     for spec, m in result["models"].items():
         body += [f"### `{spec}`", "", "Overlap of the tasks' top weights (Jaccard), against tasks dealt to domains at random:",
