@@ -37,6 +37,16 @@ def test_a_rerun_reads_every_unit_back_and_gives_the_same_json(quick, units):
     assert comparable(quick) == comparable(again)
 
 
+def test_aggregating_the_stored_units_only(quick, units, tmp_path):
+    stored = extractive.repro(progress=False, budget="quick", overrides={"compute": False}, units=units)
+    assert stored["provenance"]["units_run"] == 0
+    assert stored["models"] == quick["models"] and stored["data_ordering"] == quick["data_ordering"]
+    assert all(m["incomplete_seeds"] == [] for m in stored["models"].values())
+    with pytest.raises(InterpError, match="compute=false"):
+        extractive.repro(progress=False, budget="quick", overrides={"compute": False}, units=tmp_path)
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # nothing computed, nothing written
+
+
 def _mean(**values):
     m = {k: v for k, v in values.items()}
     for k, v in values.items():

@@ -41,18 +41,19 @@ TINY = "tiny-llama"  # a 2-layer random LLaMA over the task's words, built by th
 # counterfactuals: other people per prompt for the upstream score (the authors use ten);
 # relation: the grafting facts' relation ("dax": invented, as the paper; "lives_in": shares the hop's delta);
 # layers: also fine-tune with the other layers frozen (four more fine-tunes per seed);
-# ordering_*: the zoo-scale data-ordering experiment (seeds, pretraining / test epochs, people).
+# ordering_*: the zoo-scale data-ordering experiment (seeds, pretraining / test epochs, people);
+# compute=False (`--set compute=false`): aggregate the stored units only (seeds missing a unit are left out).
 BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"models": [TINY], "seeds": [0], "n": 4, "epochs": 15, "lr": 1e-2, "batch_size": 8, "hop2_epochs": 15,
               "hop2_lr": 1e-2, "counterfactuals": 2, "relation": "dax", "layers": True, "ordering_seeds": [0],
-              "ordering_epochs": 2, "ordering_test_epochs": 2, "ordering_train": 16, "ordering_test": 8},
+              "ordering_epochs": 2, "ordering_test_epochs": 2, "ordering_train": 16, "ordering_test": 8, "compute": True},
     "cpu": {"models": ["smollm2-135m"], "seeds": [0], "n": 20, "epochs": 8, "lr": 1e-4, "batch_size": 8, "hop2_epochs": 16,
             "hop2_lr": 3e-4, "counterfactuals": 10, "relation": "lives_in", "layers": False, "ordering_seeds": [0, 1, 2],
-            "ordering_epochs": 60, "ordering_test_epochs": 30, "ordering_train": 96, "ordering_test": 16},
+            "ordering_epochs": 60, "ordering_test_epochs": 30, "ordering_train": 96, "ordering_test": 16, "compute": True},
     "paper": {"models": ["smollm2-135m", "gemma3-270m"], "seeds": [0, 1, 2], "n": 20, "epochs": 8, "lr": 1e-4, "batch_size": 8,
               "hop2_epochs": 32, "hop2_lr": 3e-4, "counterfactuals": 10, "relation": "dax", "layers": True,
               "ordering_seeds": [0, 1, 2], "ordering_epochs": 60, "ordering_test_epochs": 30, "ordering_train": 96,
-              "ordering_test": 16},
+              "ordering_test": 16, "compute": True},
 }
 LEARNED = 1.0  # second-hop facts count as learned at mean rank <= 1 (issue 25); else their implications test nothing
 # the paper's setup, from the authors' code (gradient_grafting.py, data_ordering.py, layer_freezing.py)
@@ -180,6 +181,9 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     results: dict[int, dict[str, Any]] = {}
     loaded: dict[str, Any] = {}
     for i, c in enumerate(tqdm(configs, desc="extractive units", disable=not progress)):
+        if not b["compute"]:
+            results[i] = store.get(c)
+            continue
         if c["unit"] == "ordering":
             fn = lambda c=c: ordering_unit(c["seed"], b, store.root / "ordering" / f"{store.key(c)[:12]}", progress)  # noqa: E731
         else:
@@ -191,13 +195,13 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
         results[i] = store.run(c, fn)
     out: dict[str, Any] = {"study": STUDY, "paper": PAPER, "learned_rank": LEARNED, "models": {}}
     for spec in b["models"]:
-        per = {}
-        for i, c in enumerate(configs):
-            if c.get("model") == spec:
-                per.setdefault(str(c["seed"]), {})[c["unit"]] = results[i]
-        out["models"][spec] = {"seeds": per, "mean": _means(per)}
+        per, incomplete = _seeds(spec, configs, results)
+        out["models"][spec] = {"seeds": per, "mean": _means(per), "incomplete_seeds": incomplete}
         out["models"][spec]["verdicts"] = verdicts(out["models"][spec]["mean"], per, spec)
-    out["data_ordering"] = _ordering([results[i] for i, c in enumerate(configs) if c["unit"] == "ordering"])
+    ordering = [results[i] for i, c in enumerate(configs) if c["unit"] == "ordering" and results[i] is not None]
+    if not ordering:
+        raise InterpError("no data-ordering unit is stored: run without --set compute=false first")
+    out["data_ordering"] = _ordering(ordering)
     out["verdicts"] = {"data_ordering": _ordering_verdict(out["data_ordering"])}
     out["timing"] = timing(b, out)
     done, total = store.count(configs)
@@ -209,6 +213,22 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
                                    units_s={name(c): store.seconds(c) for c in configs})
     out["units_s_total"] = sum(store.seconds(c) or 0.0 for c in configs)  # compute time of every unit, as stored
     return out
+
+
+def _seeds(spec: str, configs: list[dict[str, Any]], results: dict[int, dict[str, Any] | None]) -> tuple[dict, list[str]]:
+    """{seed: {unit: result}} of the seeds of `spec` whose every unit is stored, and the seeds left out."""
+    per: dict[str, dict[str, Any]] = {}
+    planned: dict[str, set[str]] = {}
+    for i, c in enumerate(configs):
+        if c.get("model") == spec:
+            planned.setdefault(str(c["seed"]), set()).add(c["unit"])
+            if results[i] is not None:
+                per.setdefault(str(c["seed"]), {})[c["unit"]] = results[i]
+    complete = {s: u for s, u in per.items() if set(u) == planned[s]}
+    if not complete:
+        raise InterpError(f"no seed of {spec} has all its units ({', '.join(sorted(next(iter(planned.values()))))}) "
+                          "stored: run without --set compute=false first")
+    return complete, sorted(set(planned) - set(complete))
 
 
 def _mean(xs: list[float]) -> float:
