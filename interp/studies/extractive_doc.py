@@ -18,14 +18,22 @@ from interp.studies.docs import Render, pointer, write
 
 __all__ = ["regions", "write_doc"]
 
-COMMAND = "interp repro extractive --budget {name} --out docs/extractive_repro.json"
+COMMAND = "interp repro extractive --budget {name} --units docs/extractive_units{extra} --out docs/extractive_repro.json"
+
+
+def _command(d: dict) -> str:
+    """The command that made this JSON: its budget, and the models and `compute` it overrode."""
+    b = d["budget"]
+    extra = "".join(f" --model {m}" for m in b["values"]["models"]) if b["values"]["models"] != d["budgets"][b["name"]]["models"] else ""
+    extra += " --set compute=false" if b["values"].get("compute") is False else ""
+    return COMMAND.format(name=b["name"], extra=extra)
 RENDER = "python -m interp.studies.extractive_doc docs/extractive.md docs/extractive_repro.json"
 
 
 def _run(r: Render, d: dict) -> str:
     b, prov = d["budget"], d["provenance"]
     lines = [
-        f"The committed numbers: budget `{b['name']}`, made by `{COMMAND.format(name=b['name'])}` then `{RENDER}`. "
+        f"The committed numbers: budget `{b['name']}`, made by `{_command(d)}` then `{RENDER}`. "
         f"It is {r.num('/budget/paper_fraction')} of this study's `paper` budget (model-seeds × fine-tuning steps × "
         f"counterfactual people × ordering seeds; the paper itself fine-tuned 7B–9B models, far beyond either), "
         f"{r.int('/budget/units_done')} of {r.int('/budget/units_total')} units done. Run `{prov['date']}` in "
@@ -48,10 +56,16 @@ def _run(r: Render, d: dict) -> str:
                      f"about {r.num(base + '/paper_gpu_min_estimate')} min for the `paper` budget's fine-tunes of this model "
                      "(extractive scores and evaluation not counted).")
         lines.append(line)
-    lines.append(f"The `paper` budget: `{COMMAND.format(name='paper')}` (resumable: rerun the same command after a kill; "
-                 "`--units DIR` to keep the units elsewhere). It adds Gemma-3 (`gemma3-270m`), three seeds per model, a longer "
-                 "second-hop schedule, grafting on the invented relation and the layer-frozen fine-tunes; it has not been "
-                 "run here (the hours above, per model, on this shared CPU).")
+    partial = {spec: m.get("incomplete_seeds") for spec, m in d["models"].items() if m.get("incomplete_seeds")}
+    if partial:
+        lines.append("Seeds left out of the numbers below because some of their units are not stored yet: "
+                     + "; ".join(f"`{spec}` seeds {', '.join(f'`{x}`' for x in seeds)}" for spec, seeds in partial.items()) + ".")
+    done = b["name"] == "paper" and b["units_done"] == b["units_total"]
+    lines.append(f"The `paper` budget in full: `{COMMAND.format(name='paper', extra='')}` (resumable: rerun the same command "
+                 "after a kill; it computes only the units missing from `docs/extractive_units`, whose results are committed). "
+                 "It has Gemma-3 (`gemma3-270m`) beside SmolLM2, three seeds per model, a longer second-hop schedule, grafting "
+                 "on the invented relation and the layer-frozen fine-tunes"
+                 + ("." if done else "; the units above are what is stored of it so far (the hours above, per model, on this shared CPU)."))
     return r.region("\n\n".join(lines))
 
 
