@@ -210,7 +210,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     out["budgets"] = BUDGETS
     name = lambda c: f"{c['unit']} {c.get('model', 'zoo')} seed {c['seed']}"  # noqa: E731
     out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, done, total, units_run=store.ran,
-                                   units_s={name(c): store.seconds(c) for c in configs})
+                                   units_s={name(c): store.seconds(c) for c in configs if store.seconds(c) is not None})
     out["units_s_total"] = sum(store.seconds(c) or 0.0 for c in configs)  # compute time of every unit, as stored
     return out
 
