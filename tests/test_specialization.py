@@ -62,6 +62,16 @@ def test_every_subnetwork_and_control_is_scored_on_every_domain(result):
             assert lo <= c["on"][d]["score"] <= hi
 
 
+def test_the_matrix_of_a_run_under_way_shows_the_controls_it_has(result):
+    full = study.matrix_grid(result, SPEC)
+    partial = copy.deepcopy(result)
+    d = next(iter(partial["models"][SPEC]["domains"]))
+    del partial["models"][SPEC]["controls"][d]["magnitude"]
+    grid = study.matrix_grid(partial, SPEC)
+    assert f"magnitude:{d}" in full.labels[0] and f"magnitude:{d}" not in grid.labels[0]
+    assert grid.values.shape[0] == full.values.shape[0] - 1
+
+
 def test_overlap_has_its_permutation_null_and_words_follow_the_rules(result):
     m = result["models"][SPEC]
     null = m["overlap"]["default"]["null"]

@@ -378,7 +378,8 @@ def matrix_grid(result: dict[str, Any], spec: str) -> Grid:
     doms = list(r["domains"])
     rows, labels, cis = [[r["full"][d]["score"] for d in doms]], ["full"], [[r["full"][d]["ci"] for d in doms]]
     for d in doms:
-        for label, e in [(f"probe:{d}", r["subnetworks"][d])] + [(f"{k}:{d}", r["controls"][d][k]) for k in CONTROLS]:
+        controls = r["controls"].get(d, {})  # a run still under way may lack some
+        for label, e in [(f"probe:{d}", r["subnetworks"][d])] + [(f"{k}:{d}", controls[k]) for k in CONTROLS if k in controls]:
             rows.append([e["on"][x]["score"] for x in doms])
             labels.append(label)
             cis.append([e["on"][x]["ci"] for x in doms])
