@@ -302,7 +302,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     specs = list(models) if models else list(b["models"])
     store = Units("specialization", units, version=VERSION)
     out: dict[str, Any] = {"paper": PAPER, "models": {}}
-    all_configs, seconds, res_checks = [], {}, {}
+    all_configs, seconds, res_checks, timed = [], {}, {}, []
     for spec in specs:
         configs = _configs(spec, b)
         fns = _unit_fns(_Model(spec, b), store, configs)
@@ -312,12 +312,13 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
             if got is not None:
                 res[name] = got
                 seconds[f"{spec} {' '.join(name)}"] = store.seconds(configs[name])
+                timed.append((configs[name], store.seconds(configs[name])))
                 if "checks" in got:
                     res_checks[f"{spec} {' '.join(name)}"] = got["checks"]
         all_configs += configs.values()
         out["models"][spec] = _model_result(spec, res, b)
     done, total = store.count(all_configs)
-    out["estimate"] = estimate(all_configs, seconds, res_checks)
+    out["estimate"] = estimate(all_configs, timed, res_checks)
     out["budget"] = budget_record(budget, b, None, done, total)
     out["provenance"] = provenance(budget, b, None, time.time() - start, done, total, units_run=store.ran, units_s=seconds)
     return out
@@ -338,16 +339,16 @@ def _kind(config: dict[str, Any]) -> str:
     return config.get("kind") or config["unit"]
 
 
-def estimate(configs: list[dict[str, Any]], seconds: dict[str, float | None], checks: dict[str, int]) -> dict[str, Any]:
+def estimate(configs: list[dict[str, Any]], timed: list[tuple[dict[str, Any], float | None]],
+             checks: dict[str, int]) -> dict[str, Any]:
     """The budget's cost. On this CPU: the stored units' measured seconds, and each missing unit at the
     mean of the stored units of its kind (overlap, full, probe, random_search, magnitude, random_counts;
-    None while a kind has no stored unit). On one GPU, an estimate: every search at the stored searches'
+    None while a kind has no stored unit); `timed`: (config, seconds) of each stored unit. On one GPU, an estimate: every search at the stored searches'
     mean number of checks, one GPU_ASSUMED forward per check and per test batch."""
     measured: dict[str, list[float]] = {}
-    for name, sec in seconds.items():  # "spec unit [domain] [kind]": the kind is the last word of a control
+    for c, sec in timed:
         if sec is not None:
-            words = name.split()
-            measured.setdefault(words[-1] if words[1] == "control" else words[1], []).append(sec)
+            measured.setdefault(_kind(c), []).append(sec)
     mean = {k: sum(v) / len(v) for k, v in measured.items()}
     counts: dict[str, int] = {}
     for c in configs:
