@@ -133,3 +133,14 @@ def test_killed_repro_resumes_to_the_same_json(tmp_path, monkeypatch):
     resumed = illusions.repro(progress=False, overrides=TINY, units=tmp_path / "resumed")
     assert resumed["provenance"]["units_run"] == 2  # k-means and one-hot; SVD read back
     assert json.dumps(comparable(resumed), sort_keys=True) == json.dumps(comparable(whole), sort_keys=True)
+
+
+def test_repro_command_names_every_value_set_otherwise():
+    from interp.studies.units import repro_command
+
+    defaults = {"paper": {"models": ["a", "b"], "steps": 10, "layers": "all", "compute": True}}
+    same = {"name": "paper", "values": dict(defaults["paper"])}
+    assert repro_command("x", same, defaults, out="o.json") == "interp repro x --budget paper --out o.json"
+    changed = {"name": "paper", "values": {**defaults["paper"], "models": ["b"], "steps": 20, "layers": [1, 2], "compute": False}}
+    assert repro_command("x", changed, defaults, units="u", out="o.json") == (
+        "interp repro x --budget paper --model b --set steps=20 --set 'layers=[1,2]' --set compute=false --units u --out o.json")

@@ -255,7 +255,26 @@ def repro(progress: bool = True, models: list[str] | None = None, budget: str = 
     res["budgets"] = BUDGETS
     res["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, done, total, units_run=store.ran,
                                    units_s={c["model"]: store.seconds(c) for c in configs})
+    res["provenance"]["gpu_estimate"] = _gpu_estimate(configs, res["provenance"]["units_s"])  # measured here: varies run to run
     return res
+
+
+PROFILE_SEQ = 16  # about an IOI prompt's tokens
+
+
+def _gpu_estimate(configs: list[dict[str, Any]], units_s: dict[str, float | None]) -> dict[str, Any]:
+    """Each stored model unit's seconds on one GPU: an estimate, scaled by one forward of the unit's
+    prompts timed here against its GPU bound (interp.studies.gpu_estimate)."""
+    from interp.model import load
+    from interp.studies.gpu_estimate import forward_profile, on_gpu
+
+    out = {}
+    for c in configs:
+        if units_s.get(c["model"]) is None:
+            continue
+        prof = forward_profile(load(c["model"]), c["n"], PROFILE_SEQ)
+        out[c["model"]] = {**prof, "unit_seconds_estimate": on_gpu(units_s[c["model"]], prof)}
+    return out
 
 
 def _cpr_verdict(spec: str, mib: dict[str, Any]) -> dict[str, Any]:

@@ -215,28 +215,55 @@ def _units(root, version: int):
     return units
 
 
-def _estimate(log: list[tuple[dict[str, Any], float]], cfg: dict[str, Any]) -> dict[str, Any]:
+def _estimate(log: list[tuple[dict[str, Any], float]], cfg: dict[str, Any], profile=None) -> dict[str, Any]:
     """Seconds each section's units took when computed, and the `paper` budget's time scaled from
     them: zoo units by the draws, retraining by the number of code sizes, real-model units by layers
-    times prompts (`n_layers` of each real model: SmolLM2 `30`, Gemma-3 `18`)."""
+    times prompts (`n_layers` of each real model: SmolLM2 `30`, Gemma-3 `18`). `profile(spec)`, when
+    given, is the forward profile (interp.studies.gpu_estimate) of a zoo model ("zoo") or a real model:
+    each one's share of the paper budget is scaled by it to a GPU estimate."""
+    from interp.studies.gpu_estimate import on_gpu
+
     paper = BUDGETS["paper"]
     layers = {"smollm2-135m": 30, "gemma3-270m": 18}
     spent: dict[str, float] = {}
-    scaled = 0.0
+    scaled: dict[str, float] = {}
     for config, sec in log:
         section = config["section"]
         spent[section] = spent.get(section, 0.0) + sec
         if section == "retrain":
-            scaled += sec * len(paper["code_sizes"]) / max(1, len(cfg["code_sizes"]))
+            ratio = len(paper["code_sizes"]) / max(1, len(cfg["code_sizes"]))
         elif section.startswith("real_"):
             key = "real_sva" if section == "real_sva" else "real_ioi"
             ratio = paper[key][0] / cfg[key][0]
             if "layers" in config:
                 ratio *= layers.get(config["model"], len(config["layers"])) / len(config["layers"])
-            scaled += sec * ratio
         else:
-            scaled += sec * paper["draws"] / cfg["draws"]
-    return {"unit_seconds": spent, "paper_budget_cpu_hours": scaled / 3600}
+            ratio = paper["draws"] / cfg["draws"]
+        # a real-model unit without one model (an alignment across them) is costed at the first real model
+        who = (config.get("model") or (cfg["real_models"] or ["zoo"])[0]) if section.startswith("real_") else "zoo"
+        scaled[who] = scaled.get(who, 0.0) + sec * ratio
+    out = {"unit_seconds": spent, "paper_budget_cpu_hours": sum(scaled.values()) / 3600,
+           "paper_cpu_hours_by_model": {k: v / 3600 for k, v in scaled.items()}}
+    if profile is not None and scaled:
+        gpu = {k: profile(k) for k in scaled}
+        out["gpu"] = gpu
+        per = {k: on_gpu(v / 3600, gpu[k]) for k, v in scaled.items()}
+        out["paper_budget_gpu_hours_estimate"] = [sum(v[0] for v in per.values()), sum(v[1] for v in per.values())]
+    return out
+
+
+# what the study's forwards look like (prompt rows x tokens), for the GPU estimate
+PROFILE_SHAPE = (32, 16)
+
+
+def _profile(families: list[str]):
+    from interp.studies.gpu_estimate import forward_profile
+
+    def profile(who: str) -> dict[str, Any]:
+        model = load_zoo(f"lm-{families[0] if families else 'gpt2'}") if who == "zoo" else load(who)
+        return {"model": f"zoo:lm-{families[0] if families else 'gpt2'}" if who == "zoo" else who,
+                **forward_profile(model, *PROFILE_SHAPE)}
+    return profile
 
 
 def _real(cfg: dict[str, Any], progress: bool, units) -> dict[str, Any]:
@@ -305,7 +332,10 @@ def repro(progress: bool = True, models: list[str] | None = None, budget: str = 
     result["budget"] = budget_record(budget, cfg, None, _count(result), _count(result))
     result["provenance"] = provenance(budget, cfg, None, wall, _count(result), _count(result), units_run=ran)
     result["command"] = _command(budget, overrides, models)
-    result["timing"] = _estimate(zoo_units.log + real_units.log, cfg)
+    result["timing"] = _estimate(zoo_units.log + real_units.log, cfg, _profile(cfg["families"]))
+    if "gpu" in result["timing"]:  # measured on this run (varies run to run): provenance
+        result["provenance"]["gpu_estimate"] = {"models": result["timing"].pop("gpu"),
+                                                "paper_budget_gpu_hours": result["timing"].pop("paper_budget_gpu_hours_estimate")}
     return round_floats(result)
 
 

@@ -22,11 +22,10 @@ COMMAND = "interp repro extractive --budget {name} --units docs/extractive_units
 
 
 def _command(d: dict) -> str:
-    """The command that made this JSON: its budget, and the models and `compute` it overrode."""
-    b = d["budget"]
-    extra = "".join(f" --model {m}" for m in b["values"]["models"]) if b["values"]["models"] != d["budgets"][b["name"]]["models"] else ""
-    extra += " --set compute=false" if b["values"].get("compute") is False else ""
-    return COMMAND.format(name=b["name"], extra=extra)
+    """The command that made this JSON: its budget, and every value it overrode."""
+    from interp.studies.units import repro_command
+
+    return repro_command("extractive", d["budget"], d["budgets"], units="docs/extractive_units", out="docs/extractive_repro.json")
 RENDER = "python -m interp.studies.extractive_doc docs/extractive.md docs/extractive_repro.json"
 
 

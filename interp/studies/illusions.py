@@ -261,6 +261,7 @@ def step_profile(steps: int = 10) -> dict[str, Any]:
 
     from interp.model import hf_config, hf_model_class
     from interp.tasks import PAD_ID
+    from interp.studies.gpu_estimate import leaf_ops
     from interp.train import RECIPES, training_rows
 
     recipe = RECIPES["dyck"]
@@ -290,8 +291,7 @@ def step_profile(steps: int = 10) -> dict[str, Any]:
     cpu_s = (time.perf_counter() - start) / steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
-    ops = [e for e in prof.events() if e.name.startswith("aten::")]
-    leaves = sum(not any(c.name.startswith("aten::") for c in e.cpu_children) for e in ops)
+    leaves = leaf_ops(prof)
     per_seed = [leaves * us * 1e-6 * recipe.steps for us in LAUNCH_US]
     return {"ops_per_step": leaves, "cpu_s_per_step": cpu_s, "cpu_s_per_seed": cpu_s * recipe.steps,
             "launch_us_assumed": list(LAUNCH_US), "gpu_estimate_s_per_seed": per_seed, "steps_per_seed": recipe.steps}

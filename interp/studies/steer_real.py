@@ -293,7 +293,7 @@ def doc_regions(result: dict[str, Any], budgets: dict[str, dict[str, Any]], defa
     """The body of each `<!-- gen:NAME -->` region of the steering doc (name -> Render.region text).
     `budgets` and `default_models` are the study's (interp.studies.steering passes its own; taking
     them as arguments keeps this module from importing the study back)."""
-    from interp.studies.docs import Render
+    from interp.studies.docs import Render, pointer
 
     r = Render(result)
     regions: dict[str, str] = {}
@@ -307,10 +307,19 @@ def doc_regions(result: dict[str, Any], budgets: dict[str, dict[str, Any]], defa
     regions["dev"] = r.region(_table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], [
         [spec, a, ", ".join(f"L{l}: {docs[spec].n('dev_verb_flip', a, l)}" for l in v["dev_verb_flip"][a]),
          docs[spec].n("dev_judged", a)] for spec, v in models for a in ("core", "diff")]))
+    gpu = lambda spec, *k: r.num(pointer("provenance", "gpu_estimate", spec, *k))  # noqa: E731
     regions["timing"] = r.region(_table(["model", "layers", "compute seconds of its units (this budget)",
-                                         "paper budget, estimated seconds"],
-                                        [[spec, *[docs[spec].n(k) for k in ("n_layers", "unit_seconds", "paper_seconds_estimate")]]
-                                         for spec, _ in models]))
+                                         "paper budget, estimated seconds", "decode step here, s",
+                                         "decode step, one GPU (estimate), s", "paper budget, one GPU (estimate), s"],
+                                        [[spec, *[docs[spec].n(k) for k in ("n_layers", "unit_seconds", "paper_seconds_estimate")],
+                                          gpu(spec, "cpu_forward_s"),
+                                          f"{gpu(spec, 'gpu_forward_s', 0)}–{gpu(spec, 'gpu_forward_s', 1)}",
+                                          f"{gpu(spec, 'paper_seconds_estimate', 0)}–{gpu(spec, 'paper_seconds_estimate', 1)}"]
+                                         for spec, _ in models])
+                                 + f"\n\nGPU assumptions: a torch op costs {gpu(models[0][0], 'assumed', 'launch_us', 0)}–"
+                                   f"{gpu(models[0][0], 'assumed', 'launch_us', 1)} µs to launch, weights stream at "
+                                   f"{gpu(models[0][0], 'assumed', 'gb_per_s')} GB/s, FLOPs run at "
+                                   f"{gpu(models[0][0], 'assumed', 'tflops')} TFLOP/s.")
     gaps = [(spec, v) for spec, v in models if "gap" in v]
     if gaps:
         strengths = list(gaps[0][1]["gap"]["random"])

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.results import Grid, Heading, result, stack
 from interp.studies import steer_real
+from interp.studies.gpu_estimate import forward_profile, on_gpu
 from interp.steering import (
     Axis, Generation, Steer, axis_from_contrast, axis_from_core, curve, generate, last_activations, projection,
     random_axis,
@@ -384,6 +385,9 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
     out["unit_seconds"] = round(m.seconds, 1)
     zoo = m.spec.startswith("zoo:")
     out["paper_seconds_estimate"] = round(m.seconds * _work(BUDGETS["paper"], len(m.layers), zoo) / _work(b, len(m.layers), zoo))
+    # one GPU: an estimate from a decode step (one new token for a generation batch), what the units run most
+    prof = forward_profile(m.model, b["gen_batch"], 1)
+    out["gpu"] = {**prof, "paper_seconds_estimate": on_gpu(out["paper_seconds_estimate"], prof)}  # repro moves it to provenance
     step = max(1, len(texts) // 4)
     out["examples"] = [{"prompt": texts[i], "number": numbers[i], **{r: test[r]["completions"][i] for r in
                                                                      ("unsteered", "core", "diff", "random_core_0")}}
@@ -412,6 +416,8 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     fraction = b["n_test"] / BUDGETS["paper"]["n_test"]
     out["budget"] = budget_record(budget, b, fraction, total, total)
     out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, total, total, units_run=store.ran)
+    # measured on this run (varies run to run), so provenance, not the result
+    out["provenance"]["gpu_estimate"] = {spec: v.pop("gpu") for spec, v in out["models"].items()}
     return out
 
 

@@ -21,6 +21,7 @@ one run was made; the study's JSON carries it (one run per JSON, never merged).
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -36,7 +37,7 @@ __all__ = ["CHECKPOINT_SUFFIX", "RUN_FIELDS", "Units", "budget", "budget_record"
 CHECKPOINT_SUFFIX = ".safetensors"  # written with interp.storage.save_state: resuming unpickles nothing
 
 # provenance fields that differ between two runs of the same budget (timing, what this run computed)
-RUN_FIELDS = ("date", "wall_s", "units_run", "units_s", "step_profile")
+RUN_FIELDS = ("date", "wall_s", "units_run", "units_s", "step_profile", "gpu_estimate")
 
 
 def _cache_dir() -> Path:
@@ -163,6 +164,22 @@ def budget_record(name: str, resolved: dict[str, Any], paper_fraction: float | N
     """The `budget` block of a study's JSON."""
     return {"name": name, "values": resolved, "paper_fraction": None if paper_fraction is None else float(f"{paper_fraction:.4g}"),
             "units_done": units_done, "units_total": units_total}
+
+
+def repro_command(study: str, budget: dict[str, Any], defaults: dict[str, dict[str, Any]], *, out: str,
+                  units: str | None = None) -> str:
+    """The `interp repro` command that made a result from its `budget` block: the budget's name, and
+    every value that differs from that budget's `defaults` (models as `--model`, the rest as `--set`)."""
+    import shlex
+
+    values, base = budget["values"], defaults[budget["name"]]
+    parts = [f"interp repro {study}", f"--budget {budget['name']}"]
+    if "models" in values and values["models"] != base.get("models"):
+        parts += [f"--model {m}" for m in values["models"]]
+    parts += [f"--set {shlex.quote(k + '=' + json.dumps(v, separators=(',', ':')))}"
+              for k, v in values.items() if k != "models" and base.get(k) != v]
+    parts += [f"--units {units}"] * (units is not None) + [f"--out {out}"]
+    return " ".join(parts)
 
 
 def _commit() -> str | None:
