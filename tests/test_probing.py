@@ -7,6 +7,8 @@ output depends only on one MLP, probing keeps that MLP and prunes the rest.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -203,6 +205,44 @@ def test_probe_result_saves_and_loads(tmp_path, llama):
     assert back.sparsity == p.sparsity and back.history == p.history
     assert all(torch.equal(back.masks[n], p.masks[n]) for n in p.masks)
     assert torch.equal(run.logits(llama, tokens, [back.mask(llama)]), run.logits(llama, tokens, [p.mask(llama)]))
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_killed_probe_resumes_from_its_checkpoint_to_the_same_mask(tmp_path, own_llama):
+    m = own_llama
+    tokens = _tokens(m, batch=32)
+    metric, scores = _top_logit_metric(m, tokens), probing.random_scores(m, seed=3)
+    kw = dict(tolerance=0.001, n_groups=10, max_checks=None, progress=False)
+    whole = probing.probe(m, tokens, metric, scores, **kw)
+    assert whole.meta["checks"] >= 6
+    calls = []
+
+    def dies_after(n):
+        def f(logits):
+            if len(calls) == n:
+                raise _Killed
+            calls.append(1)
+            return metric(logits)
+        return f
+
+    path = tmp_path / "probe.ckpt.json"
+    with pytest.raises(_Killed):
+        probing.probe(m, tokens, dies_after(4), scores, checkpoint=path, **kw)
+    assert len(json.loads(path.read_text())["values"]) == 4  # the full model and three checks, recorded
+    calls.clear()
+    again = probing.probe(m, tokens, dies_after(10 ** 6), scores, checkpoint=path, **kw)
+    assert len(calls) == whole.meta["checks"] + 1 - 4  # only the checks not recorded ran
+    assert again.history == whole.history and again.meta["stop"] == whole.meta["stop"]
+    assert all(torch.equal(again.masks[n], whole.masks[n]) for n in whole.masks)
+    # a checkpoint of another probe is refused, not replayed
+    with pytest.raises(InterpError, match="another probe.*tolerance"):
+        probing.probe(m, tokens, metric, scores, checkpoint=path, **{**kw, "tolerance": 0.01})
+    path.write_text("{not json")
+    with pytest.raises(InterpError, match="not a probe's record"):
+        probing.probe(m, tokens, metric, scores, checkpoint=path, **kw)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,12 +23,20 @@ is `interp.run.evaluate` with the candidate `WeightMask`; the model's weights ar
 
 Tolerance: a candidate is kept when metric >= full - tolerance * |full|, full being the
 unpruned model's metric on the same validation rows (tolerance 0.05: at most a 5 % drop).
+
+Resuming. The search is deterministic given its check values, so `checkpoint=PATH` records each
+value as it is measured (atomically) and a later call with the same path replays the recorded ones
+instead of running them: a probe killed half-way resumes where it stopped and ends with the same
+mask and history as an uninterrupted one. The file names the model, the scores and the search's
+settings; a file made for other ones is refused, never replayed.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +46,7 @@ from tqdm.auto import tqdm
 
 from interp.errors import InterpError
 from interp.interventions import WeightMask
+from interp.storage import atomic_path
 from interp.results import Grid, result
 from interp.run import evaluate
 from interp.model import name_of
@@ -135,11 +144,13 @@ def check_model(model, masks: dict[str, Tensor], meta: dict[str, Any]) -> None:
 
 def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: WeightScores, *,
           answer_pos: Tensor | None = None, tolerance: float = 0.05, sparsity: float | None = None, n_groups: int = 10,
-          grouping: str = "row", max_checks: int | None = 64, min_examples: int = 32, progress: bool = True) -> Probe:
+          grouping: str = "row", max_checks: int | None = 64, min_examples: int = 32, progress: bool = True,
+          checkpoint: str | Path | None = None) -> Probe:
     """Probe the subnetwork that keeps `metric` (logits -> scalar, higher is better) on the
     validation rows `tokens` [batch, pos] within `tolerance`, pruning the lowest `scores` groups
     (see the module docstring). `sparsity`: stop at this pruned fraction (None: as far as the
-    tolerance allows). `min_examples`: refuse a validation set smaller than this."""
+    tolerance allows). `min_examples`: refuse a validation set smaller than this. `checkpoint`: a
+    file recording each check's value, replayed by a later call (see "Resuming")."""
     start = time.time()
     _check_probe(tokens, tolerance, sparsity, n_groups, grouping, max_checks, min_examples)
     lins = linears(model)
@@ -156,11 +167,27 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
     def pruned_count(pruned: dict[str, int]) -> int:
         return sum(int(sizes[n][: pruned[n]].sum()) for n in names)
 
+    ident = {"model": name_of(model), "fingerprint": fingerprint(model), "scores": dict(scores.meta), "tokens": list(tokens.shape),
+             "tolerance": tolerance, "sparsity": sparsity, "n_groups": n_groups, "grouping": grouping}
+    recorded = _read_checkpoint(checkpoint, json.loads(json.dumps(ident)))
+
+    def measured(compute: Callable[[], float]) -> float:
+        """The next check's value: replayed from the checkpoint, else computed (and recorded)."""
+        if recorded:
+            return recorded.pop(0)
+        value = compute()
+        if checkpoint is not None:
+            done.append(value)
+            with atomic_path(checkpoint) as tmp:
+                Path(tmp).write_text(json.dumps({**ident, "values": done}))
+        return value
+
     def run_check(pruned: dict[str, int], desc: str) -> float:
         mask = WeightMask({n: m for n, m in masks_for(pruned).items() if pruned[n]})
-        return float(evaluate(model, tokens, [[mask]], metric, answer_pos=answer_pos, progress=False, desc=desc)[0])
+        return measured(lambda: float(evaluate(model, tokens, [[mask]], metric, answer_pos=answer_pos, progress=False, desc=desc)[0]))
 
-    full = float(evaluate(model, tokens, [[]], metric, answer_pos=answer_pos, progress=False)[0])
+    done: list[float] = list(recorded)
+    full = measured(lambda: float(evaluate(model, tokens, [[]], metric, answer_pos=answer_pos, progress=False)[0]))
     threshold = full - tolerance * abs(full)
     pruned = {n: 0 for n in names}
     kept_whole: set[str] = set()  # matrices that broke the tolerance: no further groups pruned
@@ -207,6 +234,22 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
         "labels": {n: lins[n].label for n in names}, "seconds": round(time.time() - start, 2),
     }
     return Probe(masks, {n: 1.0 - float(m.float().mean()) for n, m in masks.items()}, history, meta)
+
+
+def _read_checkpoint(path: str | Path | None, ident: dict[str, Any]) -> list[float]:
+    """The check values a probe recorded at `path` (none if there is no file), refusing one of another probe."""
+    if path is None or not Path(path).exists():
+        return []
+    try:
+        saved = json.loads(Path(path).read_text())
+        values = [float(v) for v in saved.pop("values")]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InterpError(f"probe checkpoint {path} is not a probe's record ({e}); remove it to start over") from e
+    if saved != ident:
+        diff = sorted(k for k in set(saved) | set(ident) if saved.get(k) != ident.get(k))
+        raise InterpError(f"probe checkpoint {path} was made by another probe (differs in {', '.join(diff)}); "
+                          "remove it or give another path")
+    return values
 
 
 def _check_probe(tokens: Tensor, tolerance, sparsity, n_groups: int, grouping: str, max_checks, min_examples: int) -> None:

@@ -123,12 +123,12 @@ def _overlap_unit(m: _Model, fmt: str) -> dict:
             "null": overlap_null(grid, permutations=m.b["permutations"])}
 
 
-def _probe(m: _Model, d: str, scores) -> Probe:
+def _probe(m: _Model, d: str, scores, checkpoint: Path) -> Probe:
     t = m.suite("val")[d][m.probe_task()[d]]
     b = m.b
     return probe(m.model, t.clean, bpe_domains.option_accuracy(t), scores, answer_pos=t.answer_pos,
                  tolerance=b["tolerance"], sparsity=b["sparsity"], n_groups=b["n_groups"], grouping=b["grouping"],
-                 max_checks=b["max_checks"] or None, progress=False)
+                 max_checks=b["max_checks"] or None, progress=False, checkpoint=checkpoint)
 
 
 def _probe_record(p: Probe) -> dict:
@@ -142,7 +142,7 @@ def _unit_fns(m: _Model, store: Units, configs: dict) -> dict:
     def probe_fn(d: str):
         def fn():
             t = m.suite("val")[d][m.probe_task()[d]]
-            p = _probe(m, d, input_norms(m.model, t.clean, answer_pos=t.answer_pos))
+            p = _probe(m, d, input_norms(m.model, t.clean, answer_pos=t.answer_pos), store.checkpoint_path(configs["probe", d]))
             save_result(p, store.files(configs["probe", d]) / "probe.safetensors")
             return {**_probe_record(p), "rows": _score_all(m.model, m.suite("test"), p.mask(m.model))}
         return fn
@@ -150,7 +150,7 @@ def _unit_fns(m: _Model, store: Units, configs: dict) -> dict:
     def control_fn(d: str, kind: str):
         def fn():
             if kind == "random_search":
-                c = _probe(m, d, random_scores(m.model, seed=0))
+                c = _probe(m, d, random_scores(m.model, seed=0), store.checkpoint_path(configs["control", d, kind]))
                 extra = _probe_record(c)
             else:
                 store.run(configs["probe", d], probe_fn(d))
