@@ -7,8 +7,6 @@ output depends only on one MLP, probing keeps that MLP and prunes the rest.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -17,6 +15,7 @@ from interp import probing, run
 from interp.errors import InterpError
 from interp.interventions import WeightMask
 from interp.probing.probe import levels
+from interp.storage import load_state
 from interp.tasks import domains, multidomain
 
 
@@ -228,10 +227,10 @@ def test_a_killed_probe_resumes_from_its_checkpoint_to_the_same_mask(tmp_path, o
             return metric(logits)
         return f
 
-    path = tmp_path / "probe.ckpt.json"
+    path = tmp_path / "probe.safetensors"
     with pytest.raises(_Killed):
         probing.probe(m, tokens, dies_after(4), scores, checkpoint=path, **kw)
-    assert len(json.loads(path.read_text())["values"]) == 4  # the full model and three checks, recorded
+    assert len(load_state(path)["values"]) == 4  # the full model and three checks, recorded
     calls.clear()
     again = probing.probe(m, tokens, dies_after(10 ** 6), scores, checkpoint=path, **kw)
     assert len(calls) == whole.meta["checks"] + 1 - 4  # only the checks not recorded ran

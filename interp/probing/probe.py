@@ -26,7 +26,7 @@ unpruned model's metric on the same validation rows (tolerance 0.05: at most a 5
 
 Resuming. The search is deterministic given its check values, so `checkpoint=PATH` records each
 value as it is measured (atomically) and a later call with the same path replays the recorded ones
-instead of running them: a probe killed half-way resumes where it stopped and ends with the same
+instead of running them (a safetensors state file, interp.storage.save_state): a probe killed half-way resumes where it stopped and ends with the same
 mask and history as an uninterrupted one. The file names the model, the scores and the search's
 settings; a file made for other ones is refused, never replayed.
 """
@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 
 from interp.errors import InterpError
 from interp.interventions import WeightMask
-from interp.storage import atomic_path
+from interp.storage import load_state, save_state
 from interp.results import Grid, result
 from interp.run import evaluate
 from interp.model import name_of
@@ -169,17 +169,16 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
 
     ident = {"model": name_of(model), "fingerprint": fingerprint(model), "scores": dict(scores.meta), "tokens": list(tokens.shape),
              "tolerance": tolerance, "sparsity": sparsity, "n_groups": n_groups, "grouping": grouping}
-    recorded = _read_checkpoint(checkpoint, json.loads(json.dumps(ident)))
+    recorded = _read_checkpoint(checkpoint, ident)
 
     def measured(compute: Callable[[], float]) -> float:
         """The next check's value: replayed from the checkpoint, else computed (and recorded)."""
         if recorded:
             return recorded.pop(0)
         value = compute()
-        if checkpoint is not None:
+        if checkpoint is not None:  # atomically (save_state), so a kill mid-write keeps the previous record
             done.append(value)
-            with atomic_path(checkpoint) as tmp:
-                Path(tmp).write_text(json.dumps({**ident, "values": done}))
+            save_state({"ident": json.dumps(ident, sort_keys=True), "values": torch.tensor(done, dtype=torch.float64)}, checkpoint)
         return value
 
     def run_check(pruned: dict[str, int], desc: str) -> float:
@@ -241,10 +240,11 @@ def _read_checkpoint(path: str | Path | None, ident: dict[str, Any]) -> list[flo
     if path is None or not Path(path).exists():
         return []
     try:
-        saved = json.loads(Path(path).read_text())
-        values = [float(v) for v in saved.pop("values")]
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        state = load_state(path)
+        saved, values = json.loads(state["ident"]), [float(v) for v in state["values"]]
+    except (InterpError, ValueError, KeyError, TypeError) as e:
         raise InterpError(f"probe checkpoint {path} is not a probe's record ({e}); remove it to start over") from e
+    ident = json.loads(json.dumps(ident))  # as it reads back (tuples as lists)
     if saved != ident:
         diff = sorted(k for k in set(saved) | set(ident) if saved.get(k) != ident.get(k))
         raise InterpError(f"probe checkpoint {path} was made by another probe (differs in {', '.join(diff)}); "
