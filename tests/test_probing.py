@@ -236,9 +236,16 @@ def test_a_killed_probe_resumes_from_its_checkpoint_to_the_same_mask(tmp_path, o
     assert len(calls) == whole.meta["checks"] + 1 - 4  # only the checks not recorded ran
     assert again.history == whole.history and again.meta["stop"] == whole.meta["stop"]
     assert all(torch.equal(again.masks[n], whole.masks[n]) for n in whole.masks)
+    # a record longer than the search needs replays its prefix: a capped probe runs no check at all
+    capped = probing.probe(m, tokens, metric, scores, **{**kw, "max_checks": 3})
+    calls.clear()
+    replayed = probing.probe(m, tokens, dies_after(10 ** 6), scores, checkpoint=path, **{**kw, "max_checks": 3})
+    assert calls == [] and replayed.history == capped.history
     # a checkpoint of another probe is refused, not replayed
     with pytest.raises(InterpError, match="another probe.*tolerance"):
         probing.probe(m, tokens, metric, scores, checkpoint=path, **{**kw, "tolerance": 0.01})
+    with pytest.raises(InterpError, match="another probe.*inputs"):  # the same shapes, other rows
+        probing.probe(m, tokens.flip(0), metric, scores, checkpoint=path, **kw)
     path.write_text("{not json")
     with pytest.raises(InterpError, match="not a probe's record"):
         probing.probe(m, tokens, metric, scores, checkpoint=path, **kw)

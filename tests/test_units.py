@@ -144,3 +144,12 @@ def test_repro_command_names_every_value_set_otherwise():
     changed = {"name": "paper", "values": {**defaults["paper"], "models": ["b"], "steps": 20, "layers": [1, 2], "compute": False}}
     assert repro_command("x", changed, defaults, units="u", out="o.json") == (
         "interp repro x --budget paper --model b --set steps=20 --set 'layers=[1,2]' --set compute=false --units u --out o.json")
+    # what it prints parses back to the same values (the CLI's --set reader, then the budget)
+    import shlex
+
+    from interp.cli import _setting
+
+    words = shlex.split(repro_command("x", changed, defaults, out="my out.json"))
+    sets = dict(_setting(words[i + 1]) for i, w in enumerate(words) if w == "--set")
+    assert budget(defaults, "paper", sets) == {**changed["values"], "models": ["a", "b"]}
+    assert words[-1] == "my out.json" and words[words.index("--model") + 1] == "b"

@@ -33,6 +33,7 @@ settings; a file made for other ones is refused, never replayed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -169,7 +170,10 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
 
     ident = {"model": name_of(model), "fingerprint": fingerprint(model), "scores": dict(scores.meta), "tokens": list(tokens.shape),
              "tolerance": tolerance, "sparsity": sparsity, "n_groups": n_groups, "grouping": grouping}
-    recorded = _read_checkpoint(checkpoint, ident)
+    if checkpoint is not None:  # what the search reads: its rows, and every weight's group (scores can move in low bits)
+        ident["inputs"] = _digest([tokens] + ([] if answer_pos is None else [answer_pos]))
+        ident["groups"] = _digest([group[n] for n in names])
+    recorded, before = _read_checkpoint(checkpoint, ident)
 
     def measured(compute: Callable[[], float]) -> float:
         """The next check's value: replayed from the checkpoint, else computed (and recorded)."""
@@ -178,7 +182,8 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
         value = compute()
         if checkpoint is not None:  # atomically (save_state), so a kill mid-write keeps the previous record
             done.append(value)
-            save_state({"ident": json.dumps(ident, sort_keys=True), "values": torch.tensor(done, dtype=torch.float64)}, checkpoint)
+            save_state({"ident": json.dumps(ident, sort_keys=True), "values": torch.tensor(done, dtype=torch.float64),
+                        "seconds": before + time.time() - start}, checkpoint)
         return value
 
     def run_check(pruned: dict[str, int], desc: str) -> float:
@@ -230,18 +235,28 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
         "model": name_of(model), "fingerprint": fingerprint(model), "full": full, "threshold": threshold,
         "tolerance": tolerance, "target": sparsity, "n_groups": n_groups, "grouping": grouping,
         "examples": int(tokens.shape[0]), "checks": len(history), "stop": stop, "scores": dict(scores.meta),
-        "labels": {n: lins[n].label for n in names}, "seconds": round(time.time() - start, 2),
+        "labels": {n: lins[n].label for n in names}, "seconds": round(before + time.time() - start, 2),
     }
     return Probe(masks, {n: 1.0 - float(m.float().mean()) for n, m in masks.items()}, history, meta)
 
 
-def _read_checkpoint(path: str | Path | None, ident: dict[str, Any]) -> list[float]:
-    """The check values a probe recorded at `path` (none if there is no file), refusing one of another probe."""
+def _digest(tensors: list[Tensor]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for t in tensors:
+        h.update(str((t.dtype, tuple(t.shape))).encode())
+        h.update(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _read_checkpoint(path: str | Path | None, ident: dict[str, Any]) -> tuple[list[float], float]:
+    """The check values a probe recorded at `path` and the seconds it had run (none if there is no
+    file), refusing a record of another probe."""
     if path is None or not Path(path).exists():
-        return []
+        return [], 0.0
     try:
         state = load_state(path)
         saved, values = json.loads(state["ident"]), [float(v) for v in state["values"]]
+        seconds = float(state.get("seconds", 0.0))
     except (InterpError, ValueError, KeyError, TypeError) as e:
         raise InterpError(f"probe checkpoint {path} is not a probe's record ({e}); remove it to start over") from e
     ident = json.loads(json.dumps(ident))  # as it reads back (tuples as lists)
@@ -249,7 +264,7 @@ def _read_checkpoint(path: str | Path | None, ident: dict[str, Any]) -> list[flo
         diff = sorted(k for k in set(saved) | set(ident) if saved.get(k) != ident.get(k))
         raise InterpError(f"probe checkpoint {path} was made by another probe (differs in {', '.join(diff)}); "
                           "remove it or give another path")
-    return values
+    return values, seconds
 
 
 def _check_probe(tokens: Tensor, tolerance, sparsity, n_groups: int, grouping: str, max_checks, min_examples: int) -> None:

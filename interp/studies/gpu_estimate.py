@@ -20,10 +20,31 @@ import torch
 ASSUMED = {"launch_us": [5.0, 10.0], "gb_per_s": 2000.0, "tflops": 50.0}
 
 
+# aten ops that launch no kernel on a GPU (views, allocation, metadata) or only through the ops they call
+NO_KERNEL = frozenset({
+    "view", "_unsafe_view", "as_strided", "reshape", "expand", "expand_as", "t", "transpose", "unsqueeze", "squeeze",
+    "select", "slice", "permute", "unflatten", "flatten", "split", "chunk", "unbind", "narrow", "view_as", "alias",
+    "empty", "empty_strided", "empty_like", "resize_", "resolve_conj", "resolve_neg", "result_type", "detach", "lift_fresh",
+    "dropout", "to", "contiguous", "linear", "matmul", "size", "stride", "is_nonzero", "item", "_local_scalar_dense",
+})
+
+
 def leaf_ops(prof) -> int:
-    """Aten ops a torch.profiler trace ran that call no other aten op: one kernel each on a GPU."""
-    ops = [e for e in prof.events() if e.name.startswith("aten::")]
-    return sum(not any(c.name.startswith("aten::") for c in e.cpu_children) for e in ops)
+    """Kernels a torch.profiler trace (CPU) would launch on a GPU: per top-level aten op, the deepest
+    ops under it that do work (an op whose children launch nothing counts once; views, allocations
+    and metadata ops in NO_KERNEL count nothing)."""
+    def kernels(e) -> int:
+        inner = sum(kernels(c) for c in e.cpu_children if c.name.startswith("aten::"))
+        return inner if inner else int(e.name.removeprefix("aten::") not in NO_KERNEL)
+
+    roots = [e for e in prof.events() if e.name.startswith("aten::")
+             and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))]
+    return sum(kernels(e) for e in roots)
+
+
+def gpu_seconds(ops: int, weight_bytes: int, flops: int, launch_us: float) -> float:
+    """One forward on the assumed GPU: the largest of its launch, memory and compute bounds."""
+    return max(ops * launch_us * 1e-6, weight_bytes / (ASSUMED["gb_per_s"] * 1e9), flops / (ASSUMED["tflops"] * 1e12))
 
 
 def forward_profile(model, batch: int, seq: int, repeats: int = 3) -> dict[str, Any]:
@@ -55,8 +76,7 @@ def forward_profile(model, batch: int, seq: int, repeats: int = 3) -> dict[str, 
         torch.set_num_threads(threads)
     ops, n_flops = leaf_ops(prof), int(flops.get_total_flops())
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    floor = max(weight_bytes / (ASSUMED["gb_per_s"] * 1e9), n_flops / (ASSUMED["tflops"] * 1e12))
-    gpu = [max(ops * us * 1e-6, floor) for us in ASSUMED["launch_us"]]
+    gpu = [gpu_seconds(ops, weight_bytes, n_flops, us) for us in ASSUMED["launch_us"]]
     return {"batch": batch, "seq": seq, "cpu_forward_s": best, "ops": ops, "flops": n_flops, "weight_bytes": weight_bytes,
             "assumed": ASSUMED, "gpu_forward_s": gpu, "cpu_over_gpu": [best / g for g in gpu]}
 

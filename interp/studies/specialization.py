@@ -314,8 +314,10 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
             got = store.run(configs[name], fns[name]) if compute else store.get(configs[name])
             if got is not None:
                 res[name] = got
-                seconds[f"{spec} {' '.join(name)}"] = store.seconds(configs[name])
-                timed.append((configs[name], store.seconds(configs[name])))
+                # a search resumed from its checkpoint ran in more than the session that stored it: its own total
+                sec = max(store.seconds(configs[name]) or 0.0, float(got.get("seconds") or 0.0))
+                seconds[f"{spec} {' '.join(name)}"] = sec
+                timed.append((configs[name], sec))
                 if "checks" in got:
                     res_checks[f"{spec} {' '.join(name)}"] = got["checks"]
         all_configs += configs.values()
@@ -323,6 +325,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     done, total = store.count(all_configs)
     out["estimate"] = estimate(all_configs, timed, res_checks)
     out["budget"] = budget_record(budget, b, None, done, total)
+    out["budgets"] = BUDGETS
     out["provenance"] = provenance(budget, b, None, time.time() - start, done, total, units_run=store.ran, units_s=seconds)
     return out
 

@@ -29,7 +29,7 @@ def _run_line(r: Render, result: dict) -> str:
 
     b = result["budget"]
     v = ("budget", "values")
-    made = repro_command("specialization", b, BUDGETS, units="docs/specialization_units", out="docs/specialization_repro.json")
+    made = repro_command("specialization", b, result.get("budgets", BUDGETS), units="docs/specialization_units", out="docs/specialization_repro.json")
     return (f"Made by `{made}` then `{RENDER}`. Budget `{r.text('/budget/name')}`: models {', '.join(f'`{m}`' for m in b['values']['models'])}; "
             f"validation rows per task {r.int(pointer(*v, 'n_val'))}, test rows per task {r.int(pointer(*v, 'n_test'))}; "
             f"target sparsity {r.num(pointer(*v, 'sparsity'))} within a tolerance of {r.num(pointer(*v, 'tolerance'))}; "

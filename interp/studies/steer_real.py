@@ -307,19 +307,7 @@ def doc_regions(result: dict[str, Any], budgets: dict[str, dict[str, Any]], defa
     regions["dev"] = r.region(_table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], [
         [spec, a, ", ".join(f"L{l}: {docs[spec].n('dev_verb_flip', a, l)}" for l in v["dev_verb_flip"][a]),
          docs[spec].n("dev_judged", a)] for spec, v in models for a in ("core", "diff")]))
-    gpu = lambda spec, *k: r.num(pointer("provenance", "gpu_estimate", spec, *k))  # noqa: E731
-    regions["timing"] = r.region(_table(["model", "layers", "compute seconds of its units (this budget)",
-                                         "paper budget, estimated seconds", "decode step here, s",
-                                         "decode step, one GPU (estimate), s", "paper budget, one GPU (estimate), s"],
-                                        [[spec, *[docs[spec].n(k) for k in ("n_layers", "unit_seconds", "paper_seconds_estimate")],
-                                          gpu(spec, "cpu_forward_s"),
-                                          f"{gpu(spec, 'gpu_forward_s', 0)}–{gpu(spec, 'gpu_forward_s', 1)}",
-                                          f"{gpu(spec, 'paper_seconds_estimate', 0)}–{gpu(spec, 'paper_seconds_estimate', 1)}"]
-                                         for spec, _ in models])
-                                 + f"\n\nGPU assumptions: a torch op costs {gpu(models[0][0], 'assumed', 'launch_us', 0)}–"
-                                   f"{gpu(models[0][0], 'assumed', 'launch_us', 1)} µs to launch, weights stream at "
-                                   f"{gpu(models[0][0], 'assumed', 'gb_per_s')} GB/s, FLOPs run at "
-                                   f"{gpu(models[0][0], 'assumed', 'tflops')} TFLOP/s.")
+    regions["timing"] = r.region(_timing(r, result, docs, [spec for spec, _ in models]))
     gaps = [(spec, v) for spec, v in models if "gap" in v]
     if gaps:
         strengths = list(gaps[0][1]["gap"]["random"])
@@ -346,6 +334,25 @@ def doc_regions(result: dict[str, Any], budgets: dict[str, dict[str, Any]], defa
 def _code_digits(text: str) -> str:
     """Digits in free text (model output) wrapped in code spans, so they read as text, not results."""
     return re.sub(r"(\S*\d\S*)", lambda m: "`" + m.group(1).replace("`", "'") + "`", text)
+
+
+def _timing(r, result: dict[str, Any], docs: dict[str, "_Doc"], specs: list[str]) -> str:
+    """Per model: its units' seconds, the paper budget's, and (when the JSON has one) the GPU estimate."""
+    from interp.studies.docs import pointer
+
+    head = ["model", "layers", "compute seconds of its units (this budget)", "paper budget, estimated seconds"]
+    rows = [[spec, *[docs[spec].n(k) for k in ("n_layers", "unit_seconds", "paper_seconds_estimate")]] for spec in specs]
+    if "gpu_estimate" not in result["provenance"]:
+        return _table(head, rows)
+    gpu = lambda spec, *k: r.num(pointer("provenance", "gpu_estimate", spec, *k))  # noqa: E731
+    head += ["decode step here, s", "decode step, one GPU (estimate), s", "paper budget, one GPU (estimate), s"]
+    for spec, row in zip(specs, rows):
+        row += [gpu(spec, "cpu_forward_s"), f"{gpu(spec, 'gpu_forward_s', 0)}–{gpu(spec, 'gpu_forward_s', 1)}",
+                f"{gpu(spec, 'paper_seconds_estimate', 0)}–{gpu(spec, 'paper_seconds_estimate', 1)}"]
+    first = specs[0]
+    return (_table(head, rows) + f"\n\nGPU assumptions: a torch op costs {gpu(first, 'assumed', 'launch_us', 0)}–"
+            f"{gpu(first, 'assumed', 'launch_us', 1)} µs to launch, weights stream at {gpu(first, 'assumed', 'gb_per_s')} GB/s, "
+            f"FLOPs run at {gpu(first, 'assumed', 'tflops')} TFLOP/s.")
 
 
 def _command(b: dict[str, Any], models: list[str], budgets: dict[str, dict[str, Any]], default_models: Sequence[str]) -> str:

@@ -175,10 +175,10 @@ def repro_command(study: str, budget: dict[str, Any], defaults: dict[str, dict[s
     values, base = budget["values"], defaults[budget["name"]]
     parts = [f"interp repro {study}", f"--budget {budget['name']}"]
     if "models" in values and values["models"] != base.get("models"):
-        parts += [f"--model {m}" for m in values["models"]]
+        parts += [f"--model {shlex.quote(m)}" for m in values["models"]]
     parts += [f"--set {shlex.quote(k + '=' + json.dumps(v, separators=(',', ':')))}"
               for k, v in values.items() if k != "models" and base.get(k) != v]
-    parts += [f"--units {units}"] * (units is not None) + [f"--out {out}"]
+    parts += [f"--units {shlex.quote(str(units))}"] * (units is not None) + [f"--out {shlex.quote(str(out))}"]
     return " ".join(parts)
 
 
