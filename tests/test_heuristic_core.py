@@ -134,3 +134,15 @@ def test_quick_budget_end_to_end_and_resumes(tmp_path):
     assert comparable(again)["models"] == comparable(first)["models"]
     with pytest.raises(InterpError, match="budget key"):
         heuristic_core.repro(progress=False, budget="quick", overrides={"nonsense": 1}, units=tmp_path)
+
+
+def test_timing_scales_a_real_model_by_its_forward_profile_and_the_zoo_by_its_host_step():
+    from interp.studies.heuristic_core import timing
+
+    out = {"models": {"smollm2-135m": {"seconds_per_seed_step": 0.72}, "zoo:lm-gpt2": {"seconds_per_seed_step": 0.05}}}
+    configs = [{"model": "smollm2-135m", "steps": 150}] * 4 + [{"model": "zoo:lm-gpt2", "steps": 9300}] * 8
+    t = timing(out, configs, host_step=0.018, seeds_per_forward=4, profiles={"smollm2-135m": {"cpu_over_gpu": [40.0, 20.0]}})
+    real, zoo = t["per_model"]["smollm2-135m"], t["per_model"]["zoo:lm-gpt2"]
+    assert real["cpu_hours"] == 0.12 and real["gpu_hours_estimate"] == 0.006  # 600 x 0.72 s, then / 20 (the slower GPU end)
+    assert zoo["gpu_hours_estimate"] == round(2 * 9300 * 0.018 / 3600, 2)  # two groups of four seeds, host-bound
+    assert t["cpu_hours"] == round(0.12 + zoo["cpu_hours"], 2)

@@ -356,7 +356,14 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, *, budget:
     host = None
     if zoo:  # the host-side cost of a step, for the GPU estimate
         host = host_step_seconds(model_of(zoo[0]), _tasks(model_of(zoo[0]), zoo[0], 8)[0])
-    out["timing"] = timing(out, configs, host, b["seeds_per_forward"])
+    profiles = {}  # real models are not host-bound: a forward of one batch, timed here, against its GPU bound
+    for spec in out["models"]:
+        if _is_real(spec):
+            from interp.studies.gpu_estimate import forward_profile
+
+            train = _tasks(model_of(spec), spec, 8)[0]
+            profiles[spec] = forward_profile(model_of(spec), b["real_batch_size"], int(train.clean.shape[1]))
+    out["timing"] = timing(out, configs, host, b["seeds_per_forward"], profiles)
     results = [store.get(c) for c in configs]
     done = sum(r is not None for r in results)
     fraction = b["steps"] * b["batch_size"] / (PAPER_STEPS * PAPER_BATCH)
@@ -402,20 +409,30 @@ def host_step_seconds(model, train: tasks.Task, steps: int = 30) -> float:
     return (time.perf_counter() - t0) / steps
 
 
-def timing(out: dict[str, Any], configs: list[dict[str, Any]], host_step: float | None, seeds_per_forward: int) -> dict[str, Any]:
+def timing(out: dict[str, Any], configs: list[dict[str, Any]], host_step: float | None, seeds_per_forward: int,
+           profiles: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The budget's time on this CPU from the measured seconds per seed-step (per model), and a GPU
-    estimate: every group of `seeds_per_forward` seeds costs steps x `host_step` (labelled an estimate)."""
+    estimate: on the zoo, every group of `seeds_per_forward` seeds costs steps x `host_step`; a real
+    model's CPU hours scaled by its forward profile (`profiles`, interp.studies.gpu_estimate), the
+    high end (labelled an estimate)."""
+    from interp.studies.gpu_estimate import on_gpu
+
+    profiles = profiles or {}
     per_model = {}
     for spec, m in out["models"].items():
         mine = [c for c in configs if c["model"] == spec]
         seed_steps = sum(c["steps"] for c in mine)
         rate = m.get("seconds_per_seed_step")
         groups = -(-len(mine) // max(1, seeds_per_forward))
-        per_model[spec] = {"seed_steps": seed_steps, "cpu_hours": None if rate is None else round(seed_steps * rate / 3600, 2),
-                           "gpu_hours_estimate": None if host_step is None or _is_real(spec) else
-                           round(groups * mine[0]["steps"] * host_step / 3600, 2)}
+        cpu_hours = None if rate is None else round(seed_steps * rate / 3600, 2)
+        if spec in profiles:
+            gpu = on_gpu(cpu_hours, profiles[spec])
+            gpu = None if gpu is None else round(gpu[1], 4)
+        else:
+            gpu = None if host_step is None or _is_real(spec) else round(groups * mine[0]["steps"] * host_step / 3600, 2)
+        per_model[spec] = {"seed_steps": seed_steps, "cpu_hours": cpu_hours, "gpu_hours_estimate": gpu}
     known = [v["cpu_hours"] for v in per_model.values()]
-    return {"host_step_s": None if host_step is None else round(host_step, 4), "per_model": per_model,
+    return {"host_step_s": None if host_step is None else round(host_step, 4), "per_model": per_model, "profiles": profiles,
             "cpu_hours": None if None in known else round(sum(known), 2)}
 
 
