@@ -168,30 +168,14 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
     def pruned_count(pruned: dict[str, int]) -> int:
         return sum(int(sizes[n][: pruned[n]].sum()) for n in names)
 
-    ident = {"model": name_of(model), "fingerprint": fingerprint(model), "scores": dict(scores.meta), "tokens": list(tokens.shape),
-             "tolerance": tolerance, "sparsity": sparsity, "n_groups": n_groups, "grouping": grouping}
-    if checkpoint is not None:  # what the search reads: its rows, and every weight's group (scores can move in low bits)
-        ident["inputs"] = _digest([tokens] + ([] if answer_pos is None else [answer_pos]))
-        ident["groups"] = _digest([group[n] for n in names])
-    recorded, before = _read_checkpoint(checkpoint, ident)
-
-    def measured(compute: Callable[[], float]) -> float:
-        """The next check's value: replayed from the checkpoint, else computed (and recorded)."""
-        if recorded:
-            return recorded.pop(0)
-        value = compute()
-        if checkpoint is not None:  # atomically (save_state), so a kill mid-write keeps the previous record
-            done.append(value)
-            save_state({"ident": json.dumps(ident, sort_keys=True), "values": torch.tensor(done, dtype=torch.float64),
-                        "seconds": before + time.time() - start}, checkpoint)
-        return value
+    record = _Record(checkpoint, _ident(model, scores, tokens, answer_pos, [group[n] for n in names], checkpoint is not None,
+                                        tolerance=tolerance, sparsity=sparsity, n_groups=n_groups, grouping=grouping), start)
 
     def run_check(pruned: dict[str, int], desc: str) -> float:
         mask = WeightMask({n: m for n, m in masks_for(pruned).items() if pruned[n]})
-        return measured(lambda: float(evaluate(model, tokens, [[mask]], metric, answer_pos=answer_pos, progress=False, desc=desc)[0]))
+        return record.value(lambda: float(evaluate(model, tokens, [[mask]], metric, answer_pos=answer_pos, progress=False, desc=desc)[0]))
 
-    done: list[float] = list(recorded)
-    full = measured(lambda: float(evaluate(model, tokens, [[]], metric, answer_pos=answer_pos, progress=False)[0]))
+    full = record.value(lambda: float(evaluate(model, tokens, [[]], metric, answer_pos=answer_pos, progress=False)[0]))
     threshold = full - tolerance * abs(full)
     pruned = {n: 0 for n in names}
     kept_whole: set[str] = set()  # matrices that broke the tolerance: no further groups pruned
@@ -235,9 +219,40 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
         "model": name_of(model), "fingerprint": fingerprint(model), "full": full, "threshold": threshold,
         "tolerance": tolerance, "target": sparsity, "n_groups": n_groups, "grouping": grouping,
         "examples": int(tokens.shape[0]), "checks": len(history), "stop": stop, "scores": dict(scores.meta),
-        "labels": {n: lins[n].label for n in names}, "seconds": round(before + time.time() - start, 2),
+        "labels": {n: lins[n].label for n in names}, "seconds": round(record.before + time.time() - start, 2),
     }
     return Probe(masks, {n: 1.0 - float(m.float().mean()) for n, m in masks.items()}, history, meta)
+
+
+def _ident(model, scores: WeightScores, tokens: Tensor, answer_pos: Tensor | None, groups: list[Tensor], digests: bool,
+           **settings: Any) -> dict[str, Any]:
+    """What names one probe's search in its checkpoint; with `digests`, also its rows and every
+    weight's group (scores can move in low bits between machines)."""
+    out = {"model": name_of(model), "fingerprint": fingerprint(model), "scores": dict(scores.meta), "tokens": list(tokens.shape),
+           **settings}
+    if digests:
+        out["inputs"] = _digest([tokens] + ([] if answer_pos is None else [answer_pos]))
+        out["groups"] = _digest(groups)
+    return out
+
+
+class _Record:
+    """A probe's check values: replayed from `path` while it has them, else computed and recorded."""
+
+    def __init__(self, path: str | Path | None, ident: dict[str, Any], start: float):
+        self.path, self.ident, self.start = path, ident, start
+        self.replay, self.before = _read_checkpoint(path, ident)
+        self.done = list(self.replay)
+
+    def value(self, compute: Callable[[], float]) -> float:
+        if self.replay:
+            return self.replay.pop(0)
+        value = compute()
+        if self.path is not None:  # atomically (save_state), so a kill mid-write keeps the previous record
+            self.done.append(value)
+            save_state({"ident": json.dumps(self.ident, sort_keys=True), "values": torch.tensor(self.done, dtype=torch.float64),
+                        "seconds": self.before + time.time() - self.start}, self.path)
+        return value
 
 
 def _digest(tensors: list[Tensor]) -> str:

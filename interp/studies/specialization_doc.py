@@ -24,13 +24,14 @@ RENDER = "interp doc specialization --json docs/specialization_repro.json --doc 
 
 
 def _run_line(r: Render, result: dict) -> str:
-    from interp.studies.specialization import BUDGETS
     from interp.studies.units import repro_command
 
     b = result["budget"]
     v = ("budget", "values")
-    made = repro_command("specialization", b, result.get("budgets", BUDGETS), units="docs/specialization_units", out="docs/specialization_repro.json")
-    return (f"Made by `{made}` then `{RENDER}`. Budget `{r.text('/budget/name')}`: models {', '.join(f'`{m}`' for m in b['values']['models'])}; "
+    made = "" if "budgets" not in result else (  # a JSON without its budgets cannot say what it overrode
+        f"Made by `{repro_command('specialization', b, result['budgets'], units='docs/specialization_units', out='docs/specialization_repro.json')}` "
+        f"then `{RENDER}`. ")
+    return (f"{made}Budget `{r.text('/budget/name')}`: models {', '.join(f'`{m}`' for m in b['values']['models'])}; "
             f"validation rows per task {r.int(pointer(*v, 'n_val'))}, test rows per task {r.int(pointer(*v, 'n_test'))}; "
             f"target sparsity {r.num(pointer(*v, 'sparsity'))} within a tolerance of {r.num(pointer(*v, 'tolerance'))}; "
             f"top-k fraction {r.num(pointer(*v, 'k'))}; {r.int(pointer(*v, 'permutations'))} permutations, "
