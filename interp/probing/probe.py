@@ -216,7 +216,7 @@ def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: Wei
     bar.close()
     masks = masks_for(pruned)
     meta = {
-        "model": name_of(model), "fingerprint": fingerprint(model), "full": full, "threshold": threshold,
+        "model": record.ident["model"], "fingerprint": record.ident["fingerprint"], "full": full, "threshold": threshold,
         "tolerance": tolerance, "target": sparsity, "n_groups": n_groups, "grouping": grouping,
         "examples": int(tokens.shape[0]), "checks": len(history), "stop": stop, "scores": dict(scores.meta),
         "labels": {n: lins[n].label for n in names}, "seconds": round(record.before + time.time() - start, 2),

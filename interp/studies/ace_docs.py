@@ -307,13 +307,13 @@ def provenance_text(r: _R, result: dict[str, Any]) -> str:
             + f" when each unit ran; scaled to the `paper` budget (the sections run here only) that is about "
             f"{r.num('/timing/paper_budget_cpu_hours')} hours on this CPU.")
     if "gpu_estimate" in result["provenance"]:
+        from interp.studies.gpu_estimate import bound_words
+
         gpu = result["provenance"]["gpu_estimate"]["models"]
         first = lambda *p: pointer("provenance", "gpu_estimate", "models", next(iter(gpu)), *p)  # noqa: E731
         body += (" *On one GPU, an estimate, not a measurement* (no GPU was lent; `interp.studies.gpu_estimate`): each model's "
                  f"share of those hours scaled by one forward of {r.int(first('batch'))} rows of {r.int(first('seq'))} tokens timed "
-                 f"here against that forward's GPU bound (the largest of its torch ops at {r.num(first('assumed', 'launch_us', 0))}–"
-                 f"{r.num(first('assumed', 'launch_us', 1))} µs each, its weight bytes at {r.num(first('assumed', 'gb_per_s'))} GB/s, "
-                 f"its FLOPs at {r.num(first('assumed', 'tflops'))} TFLOP/s): "
+                 f"here against that forward's GPU bound ({bound_words(lambda *k: r.num(first('assumed', *k)))}): "
                  + "; ".join(f"`{k}` {r.num(pointer('provenance', 'gpu_estimate', 'models', k, 'cpu_forward_s'))} s here, "
                              f"{r.num(pointer('provenance', 'gpu_estimate', 'models', k, 'gpu_forward_s', 0))}–{r.num(pointer('provenance', 'gpu_estimate', 'models', k, 'gpu_forward_s', 1))} s on a GPU"
                              for k in gpu)

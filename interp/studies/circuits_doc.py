@@ -37,14 +37,13 @@ def _run_region(r, d: dict[str, Any]) -> str:
     gpu = d["provenance"].get("gpu_estimate") or {}
     if gpu:
         from interp.studies.docs import pointer
+        from interp.studies.gpu_estimate import bound_words
 
         g = lambda spec, *k: r.num(pointer("provenance", "gpu_estimate", spec, *k))  # noqa: E731
         first = next(iter(gpu))
         lines.append("*On one GPU, an estimate, not a measurement* (no GPU was lent; `interp.studies.gpu_estimate`): each model "
-                     "unit's seconds scaled by one forward of its prompts timed here against that forward's GPU bound, the "
-                     f"largest of its torch ops at {g(first, 'assumed', 'launch_us', 0)}–{g(first, 'assumed', 'launch_us', 1)} µs "
-                     f"each, its weight bytes at {g(first, 'assumed', 'gb_per_s')} GB/s and its FLOPs at "
-                     f"{g(first, 'assumed', 'tflops')} TFLOP/s: "
+                     "unit's seconds scaled by one forward of its prompts timed here against that forward's GPU bound, "
+                     f"{bound_words(lambda *k: g(first, 'assumed', *k))}: "
                      + "; ".join(f"`{k}` forward {g(k, 'cpu_forward_s')} s here, {g(k, 'gpu_forward_s', 0)}–{g(k, 'gpu_forward_s', 1)} s "
                                  f"on a GPU, the unit {g(k, 'unit_seconds_estimate', 0)}–{g(k, 'unit_seconds_estimate', 1)} s" for k in gpu)
                      + ".")

@@ -12,7 +12,7 @@ estimate, not a measurement: the doc says so beside every number it gives.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -79,6 +79,14 @@ def forward_profile(model, batch: int, seq: int, repeats: int = 3) -> dict[str, 
     gpu = [gpu_seconds(ops, weight_bytes, n_flops, us) for us in ASSUMED["launch_us"]]
     return {"batch": batch, "seq": seq, "cpu_forward_s": best, "ops": ops, "flops": n_flops, "weight_bytes": weight_bytes,
             "assumed": ASSUMED, "gpu_forward_s": gpu, "cpu_over_gpu": [best / g for g in gpu]}
+
+
+def bound_words(num: Callable[[Any], str], launch: tuple[int, ...] = (0, 1)) -> str:
+    """How a doc says the GPU bound, each assumption rendered by `num(*keys)` (a value of a profile's
+    `assumed` block, bound to the JSON by the caller); `launch` picks the launch costs named."""
+    us = "–".join(num("launch_us", i) for i in launch)
+    return (f"the largest of its torch ops at {us} µs each, its weight bytes at {num('gb_per_s')} GB/s and its FLOPs at "
+            f"{num('tflops')} TFLOP/s")
 
 
 def on_gpu(cpu_time: float | int | None, profile: dict[str, Any]) -> list[float] | None:

@@ -38,12 +38,13 @@ from interp.masking import HeadMask
 from interp.results import Heading, stack
 from interp.masking.controls import distinct, matched_random
 from interp.model import ZOO_DIR, build_tiny, describe, load
+from interp.studies.heuristic_core_cost import cost
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import judge
 from interp.tasks import bpe, english
 from interp.tasks.base import SPECIALS
 
-__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "host_step_seconds", "official", "plan", "repro",
+__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "official", "plan", "repro",
            "spread", "summarize", "sva_tasks", "timing", "verdicts"]
 
 STUDY = "heuristic-core"
@@ -352,18 +353,8 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, *, budget:
     for spec, m in out["models"].items():
         if "sparsities" in m:
             m["verdicts"] = verdicts(m, b["sparsity"])
-    zoo = [s for s in out["models"] if not _is_real(s)]
-    host = None
-    if zoo:  # the host-side cost of a step, for the GPU estimate
-        host = host_step_seconds(model_of(zoo[0]), _tasks(model_of(zoo[0]), zoo[0], 8)[0])
-    profiles = {}  # real models are not host-bound: a forward of one batch, timed here, against its GPU bound
-    for spec in out["models"]:
-        if _is_real(spec):
-            from interp.studies.gpu_estimate import forward_profile
-
-            train = _tasks(model_of(spec), spec, 8)[0]
-            profiles[spec] = forward_profile(model_of(spec), b["real_batch_size"], int(train.clean.shape[1]))
-    out["timing"] = timing(out, configs, host, b["seeds_per_forward"], profiles)
+    out["timing"] = cost(out, configs, b["seeds_per_forward"], b["real_batch_size"], model_of,
+                         lambda spec: _tasks(model_of(spec), spec, 8)[0], official(PAPER_STEPS))
     results = [store.get(c) for c in configs]
     done = sum(r is not None for r in results)
     fraction = b["steps"] * b["batch_size"] / (PAPER_STEPS * PAPER_BATCH)
@@ -397,43 +388,7 @@ def demo_section(workdir: Path) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-# timing, verdicts and the doc's tables (rendered from the study's one JSON)
-
-
-def host_step_seconds(model, train: tasks.Task, steps: int = 30) -> float:
-    """Seconds per step of `learn_mask` on one row, one seed: the host-side part of a step (Python,
-    hooks, optimizer, kernel launches), what a step costs where the arithmetic is free. A GPU runs
-    these tiny models at about this rate, so it is the basis of the doc's GPU estimate."""
-    t0 = time.perf_counter()
-    masking.learn_mask(model, train, sparsity=0.5, seed=0, steps=steps, batch_size=1, progress=False, **official(PAPER_STEPS))
-    return (time.perf_counter() - t0) / steps
-
-
-def timing(out: dict[str, Any], configs: list[dict[str, Any]], host_step: float | None, seeds_per_forward: int,
-           profiles: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """The budget's time on this CPU from the measured seconds per seed-step (per model), and a GPU
-    estimate: on the zoo, every group of `seeds_per_forward` seeds costs steps x `host_step`; a real
-    model's CPU hours scaled by its forward profile (`profiles`, interp.studies.gpu_estimate), the
-    high end (labelled an estimate)."""
-    from interp.studies.gpu_estimate import on_gpu
-
-    profiles = profiles or {}
-    per_model = {}
-    for spec, m in out["models"].items():
-        mine = [c for c in configs if c["model"] == spec]
-        seed_steps = sum(c["steps"] for c in mine)
-        rate = m.get("seconds_per_seed_step")
-        groups = -(-len(mine) // max(1, seeds_per_forward))
-        cpu_hours = None if rate is None else round(seed_steps * rate / 3600, 2)
-        if spec in profiles:
-            gpu = on_gpu(cpu_hours, profiles[spec])
-            gpu = None if gpu is None else round(gpu[1], 4)
-        else:
-            gpu = None if host_step is None or _is_real(spec) else round(groups * mine[0]["steps"] * host_step / 3600, 2)
-        per_model[spec] = {"seed_steps": seed_steps, "cpu_hours": cpu_hours, "gpu_hours_estimate": gpu}
-    known = [v["cpu_hours"] for v in per_model.values()]
-    return {"host_step_s": None if host_step is None else round(host_step, 4), "per_model": per_model, "profiles": profiles,
-            "cpu_hours": None if None in known else round(sum(known), 2)}
+# verdicts (what the budget costs: interp.studies.heuristic_core_cost)
 
 
 def verdicts(model: dict[str, Any], paper_sparsity: float) -> dict[str, dict[str, Any]]:

@@ -106,13 +106,14 @@ def _timing(r: Render, data: dict[str, Any]) -> str:
         out.append(f"\nThe GPU column is an estimate, not a measurement: a step of these 4-layer models on a GPU is bound by "
                    f"its host-side work (Python, hooks, optimizer, launches), measured here as {r.num('/timing/host_step_s')} s "
                    "a step on one row, times the steps of each batched group of seeds.")
+    from interp.studies.gpu_estimate import bound_words
+
     for spec in t.get("profiles", {}):
         q = lambda *k: r.num(pointer("timing", "profiles", spec, *k))  # noqa: E731
         out.append(f"\n`{spec}` is not host-bound: its GPU hours are its CPU hours scaled by one forward of a batch "
                    f"({r.int(pointer('timing', 'profiles', spec, 'batch'))} rows of {r.int(pointer('timing', 'profiles', spec, 'seq'))} "
-                   f"tokens) timed here, {q('cpu_forward_s')} s, against that forward's GPU bound, {q('gpu_forward_s', 1)} s (the "
-                   f"largest of its torch ops at {q('assumed', 'launch_us', 1)} µs each, its weight bytes at "
-                   f"{q('assumed', 'gb_per_s')} GB/s, its FLOPs at {q('assumed', 'tflops')} TFLOP/s; `interp.studies.gpu_estimate`).")
+                   f"tokens) timed here, {q('cpu_forward_s')} s, against that forward's GPU bound, {q('gpu_forward_s', 1)} s "
+                   f"({bound_words(lambda *k: q('assumed', *k), launch=(1,))}; `interp.studies.gpu_estimate`).")
     return "\n".join(out)
 
 

@@ -339,6 +339,7 @@ def _code_digits(text: str) -> str:
 def _timing(r, result: dict[str, Any], docs: dict[str, "_Doc"], specs: list[str]) -> str:
     """Per model: its units' seconds, the paper budget's, and (when the JSON has one) the GPU estimate."""
     from interp.studies.docs import pointer
+    from interp.studies.gpu_estimate import bound_words
 
     head = ["model", "layers", "compute seconds of its units (this budget)", "paper budget, estimated seconds"]
     rows = [[spec, *[docs[spec].n(k) for k in ("n_layers", "unit_seconds", "paper_seconds_estimate")]] for spec in specs]
@@ -350,9 +351,7 @@ def _timing(r, result: dict[str, Any], docs: dict[str, "_Doc"], specs: list[str]
         row += [gpu(spec, "cpu_forward_s"), f"{gpu(spec, 'gpu_forward_s', 0)}–{gpu(spec, 'gpu_forward_s', 1)}",
                 f"{gpu(spec, 'paper_seconds_estimate', 0)}–{gpu(spec, 'paper_seconds_estimate', 1)}"]
     first = specs[0]
-    return (_table(head, rows) + f"\n\nGPU assumptions: a torch op costs {gpu(first, 'assumed', 'launch_us', 0)}–"
-            f"{gpu(first, 'assumed', 'launch_us', 1)} µs to launch, weights stream at {gpu(first, 'assumed', 'gb_per_s')} GB/s, "
-            f"FLOPs run at {gpu(first, 'assumed', 'tflops')} TFLOP/s.")
+    return _table(head, rows) + f"\n\nA step's GPU bound: {bound_words(lambda *k: gpu(first, 'assumed', *k))}."
 
 
 def _command(b: dict[str, Any], models: list[str], budgets: dict[str, dict[str, Any]], default_models: Sequence[str]) -> str:
