@@ -20,10 +20,11 @@ Axis names are fixed once here and used the same way everywhere:
 
 from __future__ import annotations
 
+import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-__all__ = ["AXES", "HeadAct", "Logits", "Pattern", "PerExample", "Resid", "Tokens"]
+__all__ = ["AXES", "HeadAct", "Logits", "Pattern", "PerExample", "Resid", "Tokens", "tolerance"]
 
 AXES = (
     "batch", "pos", "layer", "head", "kv_head", "dest", "src", "d_model", "d_head", "d_vocab",
@@ -37,3 +38,12 @@ Resid = Float[Tensor, "batch pos d_model"]
 HeadAct = Float[Tensor, "batch pos head d_head"]
 Pattern = Float[Tensor, "batch head dest src"]
 PerExample = Float[Tensor, " batch"]
+
+
+def tolerance(dtype: torch.dtype, float32: float) -> float:
+    """A relative tolerance for two computations of the same function in `dtype`: `float32` (the
+    caller's, for float32/float64 work) or, for a coarser dtype, 4 of its rounding steps (bf16:
+    0.031, fp16: 0.0039): measured bf16 runs of one function through different kernels differ by
+    about 0.006 relative, while a different function (post-LN blocks, folded weights) differs by
+    far more."""
+    return max(float32, 4 * torch.finfo(dtype).eps) if dtype.is_floating_point else float32
