@@ -111,7 +111,7 @@ def _by_layer(model, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary
                               f"e.g. blocks.L.ln2.hook_normalized -> blocks.L.hook_mlp_out")
         if layer in out:
             raise InterpError(f"two transcoders for layer {layer}: {out[layer]!r} and {d!r}; pass one per layer")
-        out[layer] = d
+        out[layer] = d.to(model.cfg.device)
     if not out:
         raise InterpError("no transcoders given; pass one interp.features.Dictionary per layer (a list or {layer: dictionary})")
     if max(out) >= model.cfg.n_layers:

@@ -8,7 +8,7 @@ one result format (safetensors + JSON).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -68,17 +68,27 @@ class Dictionary:
         """The encoder's pre-activations x @ W_enc + b_enc."""
         if x.shape[-1] != self.W_enc.shape[0]:
             raise InterpError(f"{self.site_in} activations have width {x.shape[-1]}; this dictionary reads width {self.W_enc.shape[0]}")
-        return x.to(self.W_enc.dtype) @ self.W_enc + self.b_enc
+        W_enc, b_enc = self.W_enc.to(x.device), self.b_enc.to(x.device)  # no copy when already there
+        return x.to(W_enc.dtype) @ W_enc + b_enc
 
     def encode(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... n_features"]:
         """Feature activations (ReLU, or JumpReLU when thresholds are set)."""
         h = self.pre(x)
         if self.threshold is None:
             return torch.relu(h)
-        return h * (h > self.threshold)
+        return h * (h > self.threshold.to(h.device))
 
     def decode(self, f: Float[Tensor, "... n_features"]) -> Float[Tensor, "... d_out"]:
-        return f @ self.W_dec + self.b_dec
+        return f @ self.W_dec.to(f.device) + self.b_dec.to(f.device)
+
+    def to(self, device: str | torch.device) -> "Dictionary":
+        """This dictionary with its tensors on `device` (itself when they are there already). Its
+        methods follow their input's device anyway; moving it once saves a copy per call."""
+        device = torch.device(device)
+        if self.W_enc.device.type == device.type and device.index in (None, self.W_enc.device.index):
+            return self
+        move = {k: getattr(self, k).to(device) for k in ("W_enc", "b_enc", "W_dec", "b_dec")}
+        return replace(self, **move, threshold=None if self.threshold is None else self.threshold.to(device))
 
     def __call__(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_out"]:
         return self.decode(self.encode(x))

@@ -92,7 +92,7 @@ class FeatureEdit:
 
     def _current(self, act: Tensor, start: int, idx: Tensor) -> Tensor:
         """The chosen features' activations at act's positions, [batch, pos, k]."""
-        d = self.dictionary
+        d = self.dictionary.to(act.device)
         x = act if d.kind == "sae" else self.inputs.narrow(1, start, self.inputs.shape[1] - start)
         if x.shape[:2] != act.shape[:2]:
             raise InterpError(f"inputs {tuple(self.inputs.shape)} do not match the activation at {d.site_out} "
@@ -101,11 +101,11 @@ class FeatureEdit:
         return torch.relu(h) if d.threshold is None else h * (h > d.threshold[idx])
 
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
-        d = self.dictionary
+        d = self.dictionary.to(act.device)
         idx = torch.tensor(self.features, device=d.W_enc.device)
         n_pos = act.shape[1]
         if self.mode == "steer":
-            delta = torch.as_tensor(self.value, dtype=d.W_dec.dtype).expand(*act.shape[:2], len(self.features))
+            delta = torch.as_tensor(self.value, dtype=d.W_dec.dtype, device=act.device).expand(*act.shape[:2], len(self.features))
         else:
             f = self._current(act, start, idx)
             if self.mode == "ablate":
@@ -116,9 +116,9 @@ class FeatureEdit:
                     target = target.narrow(1, start, target.shape[1] - start)
                 delta = target.to(f.device) - f
         if self.positions is not None:
-            absolute = torch.arange(start, start + n_pos)
+            absolute = torch.arange(start, start + n_pos, device=act.device)
             total = start + n_pos
-            chosen = torch.tensor([p if p >= 0 else total + p for p in self.positions])
+            chosen = torch.tensor([p if p >= 0 else total + p for p in self.positions], device=act.device)
             on = torch.isin(absolute, chosen).to(delta)
             delta = delta * on[None, :, None]
         return act + (delta.to(d.W_dec) @ d.W_dec[idx]).to(act.dtype)

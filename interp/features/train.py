@@ -84,18 +84,19 @@ class _Trainee:
 
     def __init__(self, d_in: int, d_out: int, recipe: Recipe, gen: torch.Generator, y_mean: Tensor,
                  s_in: float, s_out: float):
-        n = recipe.n_features
+        n, device = recipe.n_features, y_mean.device  # trained where the activations are
+        # drawn by the CPU generator, then moved: one seed, one start on every device
         w = torch.randn(n, d_out, generator=gen)
-        w = w / w.norm(dim=1, keepdim=True)
+        w = (w / w.norm(dim=1, keepdim=True)).to(device)
         self.W_dec = w.clone().requires_grad_(True)
         # encoder starts as the decoder's transpose (Gao et al.); scaled for a transcoder's other space
-        self.W_enc = (w.T.clone() if d_in == d_out else torch.randn(d_in, n, generator=gen) / d_in ** 0.5) \
+        self.W_enc = (w.T.clone() if d_in == d_out else (torch.randn(d_in, n, generator=gen) / d_in ** 0.5).to(device)) \
             .contiguous().requires_grad_(True)
-        self.b_enc = torch.zeros(n, requires_grad=True)
-        self.b_dec = (y_mean * s_out).clone().requires_grad_(True)
+        self.b_enc = torch.zeros(n, device=device, requires_grad=True)
+        self.b_dec = (y_mean * s_out).float().clone().requires_grad_(True)
         self.opt = torch.optim.Adam(self.params, lr=recipe.lr, betas=(0.9, 0.999))
-        self.since = torch.zeros(n, dtype=torch.long)  # tokens since each feature last fired
-        self.threshold = torch.zeros(())
+        self.since = torch.zeros(n, dtype=torch.long, device=device)  # tokens since each feature last fired
+        self.threshold = torch.zeros((), device=device)
         self.s_in, self.s_out = s_in, s_out
 
     @property
@@ -112,7 +113,7 @@ class _Trainee:
         err = y - y_hat
         loss = err.pow(2).sum(-1).mean() / var
         dead = self.since > recipe.dead_after
-        aux = torch.zeros(())
+        aux = torch.zeros((), device=x.device)
         if dead.any():  # AuxK: dead features rebuild the residual error from their own top aux_k
             hd = h[:, dead]
             top = hd.topk(min(recipe.aux_k, hd.shape[1]), dim=1)
@@ -129,7 +130,7 @@ class _Trainee:
             fired = (f > 0).any(0)
             self.since += x.shape[0]
             self.since[fired] = 0
-            smallest = kept.values[kept.values > 0].min() if (kept.values > 0).any() else torch.zeros(())
+            smallest = kept.values[kept.values > 0].min() if (kept.values > 0).any() else torch.zeros((), device=x.device)
             m = 0.0 if first else recipe.threshold_momentum
             self.threshold = m * self.threshold + (1 - m) * smallest
             l0 = float((f > 0).sum(1).float().mean())
@@ -152,19 +153,23 @@ class _Trainee:
             for n, p in zip(("W_enc", "b_enc", "W_dec", "b_dec"), self.params):
                 p.copy_(t[f"{i}.{n}"])
         for j, p in enumerate(self.params):
-            if f"{i}.adam{j}.exp_avg" in t:
-                self.opt.state[p] = {k: t[f"{i}.adam{j}.{k}"].clone() for k in ("exp_avg", "exp_avg_sq", "step")}
-        self.since = t[f"{i}.since"].clone()
-        self.threshold = t[f"{i}.threshold"].clone()
+            if f"{i}.adam{j}.exp_avg" in t:  # moments beside their parameter; Adam keeps `step` on the CPU
+                self.opt.state[p] = {k: t[f"{i}.adam{j}.{k}"].clone().to(p.device if k != "step" else "cpu")
+                                     for k in ("exp_avg", "exp_avg_sq", "step")}
+        self.since = t[f"{i}.since"].to(self.b_enc.device)
+        self.threshold = t[f"{i}.threshold"].to(self.b_enc.device)
         self.s_in, self.s_out = (float(v) for v in t[f"{i}.scales"])
 
     def dictionary(self, site_in: str, site_out: str, model_name: str, meta: dict) -> Dictionary:
         """The trained dictionary on raw activations: scales folded into the weights."""
+        def out(t: Tensor) -> Tensor:  # a result lives on the CPU, as every result (Dictionary.to moves it)
+            return t.detach().to("cpu", copy=True).contiguous()
+
         with torch.no_grad():
             return Dictionary(
-                W_enc=(self.W_enc * self.s_in).detach().clone(), b_enc=self.b_enc.detach().clone(),
-                W_dec=(self.W_dec / self.s_out).detach().clone(), b_dec=(self.b_dec / self.s_out).detach().clone(),
-                site_in=site_in, site_out=site_out, threshold=self.threshold.expand(self.W_enc.shape[1]).clone(),
+                W_enc=out(self.W_enc * self.s_in), b_enc=out(self.b_enc),
+                W_dec=out(self.W_dec / self.s_out), b_dec=out(self.b_dec / self.s_out),
+                site_in=site_in, site_out=site_out, threshold=out(self.threshold.expand(self.W_enc.shape[1])),
                 model=model_name, meta=meta)
 
 
@@ -181,9 +186,8 @@ def _pairs(pairs: Sequence[tuple[str, str] | str]) -> list[tuple[str, str]]:
 def _batch(model, rows: Tensor, valid: Tensor, names: list[str]) -> dict[str, Tensor]:
     """Activations at `names` of the trainable tokens of `rows`, [tokens, d] each."""
     last = torch.full((rows.shape[0],), rows.shape[1] - 1)  # logits at one position: skips most of the unembedding
-    _, acts = cache(model, rows.to(model.cfg.device), names, answer_pos=last)
-    mask = valid.to(model.cfg.device)
-    return {n: acts[n][mask].float().cpu() for n in names}
+    _, acts = cache(model, rows, names, answer_pos=last)
+    return {n: acts[n][valid.to(acts[n].device)].float() for n in names}  # trained on the model's device
 
 
 def _order(n_rows: int, seed: int, epoch: int) -> Tensor:

@@ -200,8 +200,10 @@ def learn_masks(
     sparsities = [sparsity] * len(seeds) if isinstance(sparsity, (int, float)) and not isinstance(sparsity, bool) else list(sparsity)
     r = recipe
     _check_options(sparsities, seeds, r.sparsity_from, r.optimizer, r.warmup, r.steps, r.batch_size, r.lr, r.weight_decay)
-    units = _Units.of(model, r.include_mlps, force_on, force_off)
-    gates = _Gates.start(seeds, units.n, r)
+    device = run.input_device(model)
+    task = task.to(device)  # gates, rows and references all live where the model computes
+    units = _Units.of(model, r.include_mlps, force_on, force_off, device)
+    gates = _Gates.start(seeds, units.n, r, device)
     fingerprint = _fingerprint(seeds, sparsities, task, units, r)
     first, history, elapsed = 0, [], 0.0
     if checkpoint is not None and Path(checkpoint).exists():
@@ -210,7 +212,7 @@ def learn_masks(
             first, history, elapsed = gates.restore(state)
 
     refs, full_logp = _references(model, task, r)
-    sparse = torch.tensor([float(x) for x in sparsities])
+    sparse = torch.tensor([float(x) for x in sparsities], device=device)
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)  # the weights stay frozen
@@ -261,7 +263,7 @@ class _Units:
     forced_off: Tensor
 
     @classmethod
-    def of(cls, model, include_mlps: bool, force_on, force_off) -> "_Units":
+    def of(cls, model, include_mlps: bool, force_on, force_off, device: torch.device) -> "_Units":
         L, H = model.cfg.n_layers, model.cfg.n_heads
         n = L * H + (L if include_mlps else 0)
         on = _unit_index(model, force_on, include_mlps, "force_on")
@@ -270,7 +272,7 @@ class _Units:
             raise InterpError(f"units {sorted(set(on) & set(off))} are both forced on and forced off")
         forced_on, forced_off = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
         forced_on[on], forced_off[off] = True, True
-        return cls((L, H), n, on, off, forced_on, forced_off)
+        return cls((L, H), n, on, off, forced_on.to(device), forced_off.to(device))
 
     @property
     def n_heads(self) -> int:
@@ -296,13 +298,15 @@ class _Gates:
     gens: list[torch.Generator]
 
     @classmethod
-    def start(cls, seeds: Sequence[int], n_units: int, r: HardConcrete) -> "_Gates":
+    def start(cls, seeds: Sequence[int], n_units: int, r: HardConcrete, device: torch.device) -> "_Gates":
+        # CPU generators: a seed draws the same rows and noise on every device
         gens = [torch.Generator().manual_seed(s) for s in seeds]
-        log_alpha = torch.stack([INIT_LOG_ALPHA + 0.01 * torch.randn(n_units, generator=g) for g in gens]).requires_grad_()
+        log_alpha = torch.stack([INIT_LOG_ALPHA + 0.01 * torch.randn(n_units, generator=g) for g in gens]).to(device).requires_grad_()
         # Lagrange multipliers, one pair per seed, both by gradient ascent. λ1 (linear term) by plain SGD
         # (package recipe), so it integrates the gap; λ2 (quadratic term) by Adam, so it grows fast and
         # damps the lockstep overshoot that gates leaving their log_alpha≈10 plateau together otherwise cause.
-        lambda1, lambda2 = torch.zeros(len(seeds), requires_grad=True), torch.zeros(len(seeds), requires_grad=True)
+        lambda1 = torch.zeros(len(seeds), device=device, requires_grad=True)
+        lambda2 = torch.zeros(len(seeds), device=device, requires_grad=True)
         if r.optimizer == "adam":
             opts = [torch.optim.Adam([log_alpha], lr=r.lr), torch.optim.SGD([lambda1], lr=r.reg_lr, maximize=True),
                     torch.optim.Adam([lambda2], lr=r.reg_lr, maximize=True)]
@@ -319,8 +323,8 @@ class _Gates:
         return cls(log_alpha, lambda1, lambda2, opts, schedules, gens)
 
     def state(self) -> dict[str, Any]:
-        return {"log_alpha": self.log_alpha.detach().clone(), "lambda1": self.lambda1.detach().clone(),
-                "lambda2": self.lambda2.detach().clone(), "opts": [o.state_dict() for o in self.opts],
+        return {"log_alpha": self.log_alpha.detach().cpu(), "lambda1": self.lambda1.detach().cpu(),
+                "lambda2": self.lambda2.detach().cpu(), "opts": [o.state_dict() for o in self.opts],
                 "schedules": [sch.state_dict() for sch in self.schedules], "gens": [g.get_state() for g in self.gens]}
 
     def restore(self, state: dict[str, Any]) -> tuple[int, list, float]:
@@ -345,8 +349,9 @@ def _step(model, task: Task, gates: _Gates, units: _Units, refs, full_logp: Tens
     for g in gates.gens:
         idx.append(torch.randperm(len(task), generator=g)[: r.batch_size])
         noise.append(torch.rand(units.n, generator=g))
-    rows = torch.cat(idx)
-    z = units.pin(hard_concrete(gates.log_alpha, torch.stack(noise)))  # [seed, unit]
+    device = gates.log_alpha.device
+    rows = torch.cat(idx).to(device)
+    z = units.pin(hard_concrete(gates.log_alpha, torch.stack(noise).to(device)))  # [seed, unit]
     per_row = z[0] if S == 1 else z.repeat_interleave(len(idx[0]), 0)  # [unit] or [row, unit]
     heads = per_row[..., : units.n_heads].unflatten(-1, units.layers_heads)
     mlps = per_row[..., units.n_heads :] if r.include_mlps else None
@@ -391,6 +396,7 @@ def _masks(gates: _Gates, units: _Units, seeds: list[int], sparsities: list[floa
                 "seconds": seconds, "learned_with": len(seeds), "final_kl": hist[-1]["kl"],
                 "log_alpha": [round(float(x), 4) for x in la], "history": hist,
             }
+            g = g.cpu()  # a mask is a small result, kept on the CPU like every result
             out.append(HeadMask(g[:n_heads].view(units.layers_heads), g[n_heads:] if r.include_mlps else None, meta))
     return out
 

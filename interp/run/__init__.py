@@ -14,6 +14,7 @@ error, and a model handed in comes back unchanged.
     natively(model, hf, interventions, record=names)  context: the bridge's HF model without the
                                                  bridge (`interp.native`), the same interventions
                                                  at the same hook names as plain PyTorch hooks
+    input_device(model)                          where tokens go (each entry point moves them there)
     reference(model, names, ablation, tokens)    what zero / mean / resample ablation replaces with
     evaluate(model, tokens, variants, metric)    the metric under each of many variants, side by side
 
@@ -36,9 +37,9 @@ from __future__ import annotations
 from interp.run.batched import evaluate, scalar
 from interp.run.hf_hooks import natively, natively_possible
 from interp.run.planner import FORWARD_COST, forward_cost, plan_forwards
-from interp.run.runner import Variant, cache, intervened, logits, observe, reference, with_grad
+from interp.run.runner import Variant, cache, input_device, intervened, logits, observe, reference, with_grad
 
 __all__ = [
-    "FORWARD_COST", "Variant", "cache", "evaluate", "forward_cost", "intervened", "logits", "natively", "natively_possible", "observe",
+    "FORWARD_COST", "Variant", "cache", "evaluate", "forward_cost", "input_device", "intervened", "logits", "natively", "natively_possible", "observe",
     "plan_forwards", "reference", "scalar", "with_grad",
 ]

@@ -18,7 +18,7 @@ from interp.metrics import Metric
 from interp.model.resuming import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
 from interp.run.hf_hooks import forward
 from interp.run.planner import forward_cost, plan_forwards, start_of, variants_that_fit
-from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, split_items, spread
+from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, input_device, split_items, spread
 
 __all__ = ["evaluate", "scalar"]
 
@@ -132,7 +132,7 @@ def evaluate(
     """
     if tokens.ndim != 2:
         raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
-    tokens = tokens.to(model.cfg.device)
+    tokens = tokens.to(input_device(model))
     batch, n_pos = tokens.shape
     answer_pos = checked_answer_pos(tokens, answer_pos)
     split = [split_items(v) for v in variants]

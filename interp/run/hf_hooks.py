@@ -15,7 +15,7 @@ from torch import Tensor
 from interp.errors import InterpError
 from interp.interventions import Intervention
 from interp.model.resuming import can_resume
-from interp.run.runner import split_items
+from interp.run.runner import input_device, split_items
 
 __all__ = ["forward", "natively", "natively_possible"]
 
@@ -33,23 +33,28 @@ def natively_possible(model, names: Sequence[str]) -> bool:
     return not any(hp.has_hooks() for hp in model.hook_dict.values()) and native_agrees(model)
 
 
-_AGREES: "weakref.WeakKeyDictionary[torch.nn.Module, bool]" = weakref.WeakKeyDictionary()
+_AGREES: "weakref.WeakKeyDictionary[torch.nn.Module, dict[torch.dtype, bool]]" = weakref.WeakKeyDictionary()
 
 
 def native_agrees(model) -> bool:
-    """Whether the bridge's HF modules, run on their own, compute the bridge's logits (checked once
-    per model on a short sequence). Not always so: TL 4.3 folds GPT-2's layer norms into weights
-    its own attention reads, so GPT-2's HF blocks alone are a different model."""
-    if model not in _AGREES:
+    """Whether the bridge's HF modules, run on their own, compute the bridge's logits, within the
+    rounding of the model's dtype (`interp.tensors.tolerance`: bf16 kernels of one function
+    differ by more than float32's 1e-3); checked once per model and dtype on a short sequence.
+    Not always so: TL 4.3 folds GPT-2's layer norms into weights its own attention reads, so
+    GPT-2's HF blocks alone are a different model."""
+    dtype = next(model.parameters()).dtype
+    seen = _AGREES.setdefault(model, {})
+    if dtype not in seen:
         from interp.native import unwrapped
+        from interp.tensors import tolerance
 
-        tokens = torch.arange(1, 9, device=model.cfg.device).remainder(model.cfg.d_vocab_out)[None]
+        tokens = torch.arange(1, 9, device=input_device(model)).remainder(model.cfg.d_vocab_out)[None]
         with torch.no_grad():
             ours = model(tokens).float()
-            theirs = unwrapped(model)(tokens).logits.float()
+            theirs = unwrapped(model)(tokens).logits.float().to(ours.device)
         ours, theirs = ours - ours.mean(-1, keepdim=True), theirs - theirs.mean(-1, keepdim=True)
-        _AGREES[model] = bool(((ours - theirs).abs().max() <= 1e-3 * (1 + ours.abs().max())).item())
-    return _AGREES[model]
+        seen[dtype] = bool(((ours - theirs).abs().max() <= tolerance(dtype, 1e-3) * (1 + ours.abs().max())).item())
+    return seen[dtype]
 
 
 @contextmanager

@@ -164,11 +164,17 @@ def observe(model, names: Sequence[str], see: Callable[[str, Tensor], None], *, 
         yield
 
 
+def input_device(model) -> torch.device:
+    """Where the model reads its input: its embedding's device (the first block's under a
+    device_map); every entry point moves tokens there, wherever the caller keeps them."""
+    return next(model.parameters()).device
+
+
 def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
     """Logits [batch, pos, d_vocab] of one forward on `tokens` under `interventions` (no grad)."""
     check_tokens(tokens)
     with torch.no_grad(), intervened(model, interventions):
-        return model(tokens)
+        return model(tokens.to(input_device(model)))
 
 
 def checked_answer_pos(tokens: Tensor, answer_pos: Tensor | None) -> Tensor | None:
@@ -199,6 +205,8 @@ def cache(model, tokens: Tensor, names: Sequence[str], interventions: Variant = 
 
         return hook_fn
 
+    check_tokens(tokens)
+    tokens = tokens.to(input_device(model))
     answer_pos = checked_answer_pos(tokens, answer_pos)
     fwd = [(n, keep(n)) for n in names]
     if answer_pos is not None:
@@ -222,6 +230,8 @@ def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Varian
 
         return hook_fn
 
+    check_tokens(tokens)
+    tokens = tokens.to(input_device(model))
     answer_pos = checked_answer_pos(tokens, answer_pos)
     fwd = [(n, keep(n)) for n in names]
     if not any(p.requires_grad for p in model.parameters()):
@@ -259,7 +269,7 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
         raise InterpError(f"reference tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     parts: dict[str, list[Tensor]] = {n: [] for n in names}
     for i in range(0, tokens.shape[0], chunk):
-        _, acts = cache(model, tokens[i : i + chunk].to(model.cfg.device), names)
+        _, acts = cache(model, tokens[i : i + chunk], names)
         for n in names:
             parts[n].append(acts[n])
     pad = _pad_id(model)
