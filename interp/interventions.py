@@ -127,11 +127,11 @@ class Patch:
             pos = absolute - start
         out = act.clone()
         if kind_of(self.site) == "pattern":  # [batch, head, dest, src]
-            out[:, _index(self.head), _index(pos)] = source[:, _index(self.head), _index(pos)].to(act.dtype)
+            out[:, _index(self.head), _index(pos)] = source[:, _index(self.head), _index(pos)].to(act)
         elif self.head is not None:  # [batch, pos, head, d_head]
-            out[:, _index(pos), self.head] = source[:, _index(pos), self.head].to(act.dtype)
+            out[:, _index(pos), self.head] = source[:, _index(pos), self.head].to(act)
         else:
-            out[:, _index(pos)] = source[:, _index(pos)].to(act.dtype)
+            out[:, _index(pos)] = source[:, _index(pos)].to(act)
         return out
 
 

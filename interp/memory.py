@@ -13,15 +13,16 @@ process's lifetime peak instead. Both resets touch only these counters, never an
 
 from __future__ import annotations
 
+import functools
 import resource
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
-__all__ = ["Peak", "peak", "resident_peak"]
+__all__ = ["Peak", "peak", "records_peak", "resident_peak"]
 
 
 def resident_peak() -> int:
@@ -81,3 +82,38 @@ def peak(device: str | torch.device) -> Iterator[Peak]:
             seen.what = "memory the MPS driver holds at the end of the call"
         else:
             seen.bytes = resident_peak()
+
+
+_DEPTH = [0]  # calls of `records_peak` functions in progress: only the outermost measures
+
+
+def _device_of(first: Any) -> torch.device:
+    if isinstance(first, torch.nn.Module):
+        return next(first.parameters()).device
+    return first.device if isinstance(first, torch.Tensor) else torch.device("cpu")
+
+
+def records_peak(fn: Callable) -> Callable:
+    """Decorator for an analysis `fn(model_or_tensor, ...)`: the peak memory of the call, on the
+    device of its first argument, goes into its result's meta["peak_memory"] (each result's, for a
+    list or a dict of results). A call made inside another such call leaves the measuring to the outer one, whose
+    counter it would otherwise reset."""
+
+    @functools.wraps(fn)
+    def measured(*args: Any, **kwargs: Any) -> Any:
+        if _DEPTH[0]:
+            return fn(*args, **kwargs)
+        _DEPTH[0] += 1
+        try:
+            with peak(_device_of(args[0] if args else None)) as seen:
+                out = fn(*args, **kwargs)
+        finally:
+            _DEPTH[0] -= 1
+        results = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else (out,)
+        for result in results:
+            meta = getattr(result, "meta", None)
+            if isinstance(meta, dict):
+                meta["peak_memory"] = seen.record()
+        return out
+
+    return measured

@@ -37,6 +37,7 @@ from interp.metrics import Metric, for_task
 from interp.results import Grid
 from interp.sites import check_head, check_tokens, n_kv_heads, position_axis, spec_of
 from interp.tasks.base import Task
+from interp.memory import records_peak
 
 __all__ = ["NORMALIZED", "SITES", "Cell", "activation_patch", "attribution_patch", "cells", "path_patch"]
 
@@ -192,6 +193,7 @@ def _check_site(site: str) -> None:
         raise InterpError(f"unknown site {site!r} for a patching sweep; valid sites: {', '.join(SITES)}")
 
 
+@records_peak
 def activation_patch(
     model,
     clean: Task | Tensor,
@@ -274,6 +276,7 @@ def activation_patch(
     return _finish(_relabel(grid, ticks), normalize)
 
 
+@records_peak
 def attribution_patch(
     model,
     clean: Task | Tensor,
@@ -347,6 +350,7 @@ def attribution_patch(
 Receiver = tuple[int, int, Literal["q", "k", "v"]]
 
 
+@records_peak
 def path_patch(
     model,
     clean: Task | Tensor,

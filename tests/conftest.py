@@ -70,3 +70,29 @@ def units(request, tmp_path_factory):
 def quick(request, units):
     """The quick-budget run of the test module's `STUDY` (a study module), stored under `units`."""
     return request.module.STUDY.repro(progress=False, budget="quick", units=units)
+
+
+def lane_devices() -> list[str]:
+    """The devices the device lane runs on: $INTERP_TEST_DEVICES (comma-separated, e.g. "cuda"),
+    else the CPU and whichever of cuda / mps this machine has (`make test-gpu` sets it)."""
+    import os
+
+    import torch
+
+    named = os.environ.get("INTERP_TEST_DEVICES", "").strip()
+    if named:
+        return [d.strip() for d in named.split(",") if d.strip()]
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found.append("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        found.append("mps")
+    return found
+
+
+
+
+def pytest_generate_tests(metafunc):
+    """A test (or fixture) that takes `device` runs once per device of `lane_devices()`."""
+    if "device" in metafunc.fixturenames:
+        metafunc.parametrize("device", lane_devices(), scope="module")

@@ -25,9 +25,9 @@ def task():
 
 @pytest.fixture(scope="module", params=[(f, d) for f in ("lm-llama", "lm-qwen2") for d in DTYPES] + [("lm-gemma2", "bfloat16")],
                 ids=lambda p: f"{p[0]}-{p[1]}")
-def low(request):
+def low(request, device):
     name, dtype = request.param
-    return name, dtype, interp.load(f"zoo:{name}", dtype=dtype)
+    return name, dtype, interp.load(f"zoo:{name}", dtype=dtype, device=device)
 
 
 def test_tolerance_is_the_float32_one_or_a_few_rounding_steps():
@@ -37,20 +37,20 @@ def test_tolerance_is_the_float32_one_or_a_few_rounding_steps():
 
 
 @pytest.mark.parametrize("dtype", ["float32", *DTYPES])
-def test_gpt2s_hf_blocks_are_refused_in_every_dtype(dtype):
-    gpt2 = interp.load("zoo:lm-gpt2", dtype=dtype)
+def test_gpt2s_hf_blocks_are_refused_in_every_dtype(dtype, device):
+    gpt2 = interp.load("zoo:lm-gpt2", dtype=dtype, device=device)
     assert next(gpt2.parameters()).dtype == getattr(torch, dtype)
     assert not native_agrees(gpt2)
 
 
-def test_the_check_is_made_per_dtype(low):
+def test_the_check_is_made_per_dtype(low, device):
     name, dtype, model = low
     assert native_agrees(model)
     # the same model judged with float32's tolerance would be refused: the bf16 check is not vacuous
     if dtype == "bfloat16" and name != "lm-gemma2":
         from interp.native import unwrapped
 
-        tokens = torch.arange(1, 9).remainder(model.cfg.d_vocab_out)[None]
+        tokens = torch.arange(1, 9, device=device).remainder(model.cfg.d_vocab_out)[None]
         with torch.no_grad():
             a, b = model(tokens).float(), unwrapped(model)(tokens).logits.float()
         a, b = a - a.mean(-1, keepdim=True), b - b.mean(-1, keepdim=True)
@@ -84,11 +84,12 @@ def test_head_patching_runs_natively_and_equals_the_bridge_path(low, task, monke
     assert (ours.values - bridge.values).abs().max() <= 4 * tolerance(getattr(torch, dtype), 0.0) * scale
 
 
-def test_steered_generation_runs_natively_and_equals_hf_generate(low):
+def test_steered_generation_runs_natively_and_equals_hf_generate(low, device):
     name, dtype, model = low
-    hf = AutoModelForCausalLM.from_pretrained(resolve(f"zoo:{name}"), dtype=getattr(torch, dtype)).eval()
+    hf = AutoModelForCausalLM.from_pretrained(resolve(f"zoo:{name}"), dtype=getattr(torch, dtype)).to(device).eval()
     prompts = ["the cat sat on the", "a dog ran to"]
     tokens, mask, _ = st.encode(model, prompts)
+    tokens, mask = tokens.to(device), mask.to(device)
     pad = model.tokenizer.pad_token_id if model.tokenizer.pad_token_id is not None else 0
     ref = hf.generate(input_ids=tokens, attention_mask=mask, max_new_tokens=8, do_sample=False, pad_token_id=pad,
                       eos_token_id=None)
@@ -96,6 +97,7 @@ def test_steered_generation_runs_natively_and_equals_hf_generate(low):
     zero = Steer(Axis(torch.ones(d) / d ** 0.5, torch.zeros(d), f"blocks.{model.cfg.n_layers // 2}.hook_resid_post"),
                  "flip", 0.0)
     ours = st.generate(model, prompts, zero, max_new_tokens=8, stop_at_eos=False)
+    ref = ref.cpu()
     assert ours.meta["native"] and ours.tokens.shape == ref.shape
     # greedy tokens may part only at a near-tie in HF's own logits (a bf16 rounding apart)
     rtol = tolerance(getattr(torch, dtype), 0.0)
@@ -105,7 +107,7 @@ def test_steered_generation_runs_natively_and_equals_hf_generate(low):
             at = int(apart[0])
             with torch.no_grad():
                 seen = torch.cat([mask[row : row + 1], mask.new_ones(1, at - mask.shape[1])], 1)  # prompt's padding kept
-                logits = hf(input_ids=ref[row : row + 1, :at], attention_mask=seen).logits[0, -1].float()
+                logits = hf(input_ids=ref[row : row + 1, :at].to(device), attention_mask=seen).logits[0, -1].float().cpu()
             a, b = logits[ours.tokens[row, at]], logits[ref[row, at]]
             assert (a - b).abs() <= rtol * logits.abs().max(), (row, at, float(a), float(b))
     assert (ours.tokens == ref).float().mean() >= 0.9

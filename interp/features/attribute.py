@@ -48,6 +48,7 @@ from interp.features.dictionary import Dictionary
 from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
 from interp.metrics import token_ids
 from interp.sites import check_hook_names, check_tokens, hook_name, layer_of
+from interp.memory import records_peak
 
 __all__ = ["Hold", "attribute", "frozen", "replacement_logits"]
 
@@ -155,7 +156,7 @@ def _logit_targets(model, last: Tensor, targets, baseline, max_logits: int, logi
     probs = torch.softmax(last.float(), -1)
     if targets is None:
         top_p, top_i = probs.topk(min(max_logits, probs.shape[0]))
-        cut = int(torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob))) + 1
+        cut = int(torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob, device=top_p.device))) + 1
         ids = top_i[:cut]
     else:
         ids = torch.tensor([t for t in targets if isinstance(t, int)] if all(isinstance(t, int) for t in targets)
@@ -285,6 +286,7 @@ def _feature_rows(bwd: _Backward, logit_rows: Tensor, probs: Tensor, sites: dict
     return rows, chosen, ranking
 
 
+@records_peak
 def attribute(
     model,
     prompt: str | Tensor,

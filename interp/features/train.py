@@ -44,6 +44,7 @@ from interp.features.dictionary import Dictionary
 from interp.run import cache
 from interp.sites import hook_name
 from interp.storage import write_tensors_atomic
+from interp.memory import records_peak
 
 __all__ = ["Recipe", "fit", "from_checkpoint", "mlp_sites", "train"]
 
@@ -201,6 +202,7 @@ def _rows_of_step(step: int, n_rows: int, recipe: Recipe) -> Tensor:
     return _order(n_rows, recipe.seed, epoch)[i * recipe.rows : (i + 1) * recipe.rows]
 
 
+@records_peak
 def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: Tensor, out: str | Path, *,
           recipe: Recipe = Recipe(), model_name: str = "", source: dict | None = None,
           progress: bool = True) -> dict[tuple[str, str], Dictionary]:
@@ -274,6 +276,7 @@ def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: 
     return result
 
 
+@records_peak
 def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Recipe(), batch: int = 1024,
         site_out: str | None = None, model_name: str = "") -> Dictionary:
     """One dictionary trained on activations in memory: `x` [tokens, d_in] (and `y` [tokens,

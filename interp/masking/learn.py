@@ -21,6 +21,7 @@ from interp.interventions import Ablation
 from interp.storage import load_state, save_state
 from interp.masking.mask import HeadMask, MeanOver, check_task, default_reference, interventions, references, sites
 from interp.tasks.base import Task
+from interp.memory import records_peak
 
 __all__ = ["HardConcrete", "deterministic_gates", "hard_concrete", "hard_concrete_sample", "learn_mask", "learn_masks", "prob_nonzero", "subnetworks"]
 
@@ -150,6 +151,7 @@ def _recipe(recipe: HardConcrete, options: dict[str, Any]) -> HardConcrete:
     return replace(recipe, **options)
 
 
+@records_peak
 def learn_mask(model, task: Task, *, sparsity: float, seed: int = 0, **kwargs: Any) -> HeadMask:
     """Learn a binary mask at `sparsity` (fraction of units off) keeping the model's behaviour on
     `task`, with hard-concrete (L0) gates as in CoFiPruning / Bhaskar et al. 2024: `learn_masks`
@@ -157,6 +159,7 @@ def learn_mask(model, task: Task, *, sparsity: float, seed: int = 0, **kwargs: A
     return learn_masks(model, task, sparsity=sparsity, seeds=[seed], **kwargs)[0]
 
 
+@records_peak
 def learn_masks(
     model,
     task: Task,
@@ -400,6 +403,7 @@ def _masks(gates: _Gates, units: _Units, seeds: list[int], sparsities: list[floa
             out.append(HeadMask(g[:n_heads].view(units.layers_heads), g[n_heads:] if r.include_mlps else None, meta))
     return out
 
+@records_peak
 def subnetworks(model, task: Task, *, sparsity: float, seeds: Sequence[int], progress: bool = True,
                 seeds_per_forward: int | None = None, **kwargs: Any) -> list[HeadMask]:
     """One learned mask per seed at `sparsity` (kwargs go to `learn_masks`), `seeds_per_forward`

@@ -26,6 +26,7 @@ from interp.native import unwrapped
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name, kind_of
 from interp.steering.axes import Axis, Generation, Steer, projection
+from interp.memory import records_peak
 
 __all__ = ["POSITIONS", "axis_from_contrast", "curve", "encode", "generate", "last_activations"]
 
@@ -110,6 +111,7 @@ def _projections_before(steers: Sequence[Steer], found: dict[str, Tensor], start
     return out
 
 
+@records_peak
 def generate(
     model,
     prompts: str | Sequence[str],
@@ -315,6 +317,7 @@ def axis_from_contrast(model, positive: Sequence[str], negative: Sequence[str], 
     return Axis(axis.direction, mean, site, float(c.mean()), float(c.std()), meta)
 
 
+@records_peak
 def curve(model, task, axis: Axis, strengths: Sequence[float | int], *, mode: str = "flip",
           variants_per_forward: int | None = None, progress: bool = True) -> Grid:
     """Dose-response: the task metric with `Steer(axis, mode, s)` for each strength s.
