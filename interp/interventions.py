@@ -193,7 +193,7 @@ class Mask:
 
     site: str
     mask: Tensor
-    reference: Reference = field(default_factory=lambda: Reference("zero", torch.zeros(())))
+    reference: Reference = field(default_factory=lambda: Reference("zero", torch.zeros(())))  # cpu: a 0-dim zero
     layer: int | None = None
 
     def __post_init__(self) -> None:
@@ -209,12 +209,12 @@ class Mask:
     def ablate(cls, site: str, heads=None, reference: Reference | None = None, *, n_heads: int | None = None,
                layer: int | None = None) -> Mask:
         """Ablate chosen heads (an int or a list; `n_heads` is the site's head count) or the whole site."""
-        ref = reference if reference is not None else Reference("zero", torch.zeros(()))
+        ref = reference if reference is not None else Reference("zero", torch.zeros(()))  # cpu: a 0-dim zero meets any device
         if heads is None:
-            return cls(site, torch.zeros(()), ref, layer)
+            return cls(site, torch.zeros(()), ref, layer)  # cpu: a 0-dim zero meets any device
         if n_heads is None:
             raise InterpError("ablating chosen heads needs n_heads, the number of heads at the site")
-        m = torch.ones(n_heads)
+        m = torch.ones(n_heads)  # cpu: applied with .to(act)
         idx = [heads] if isinstance(heads, int) else list(heads)
         for h in idx:
             if not 0 <= h < n_heads:

@@ -409,7 +409,7 @@ def path_patch(
         variants = staged
     result = run.evaluate(model, clean, variants, metric, variants_per_forward=variants_per_forward,
                           answer_pos=answer_pos, progress=progress, desc="path patch")
-    values = torch.full((n_layers, n_heads), float("nan"))
+    values = torch.full((n_layers, n_heads), float("nan"))  # cpu: a result
     for (layer, head), value in zip(senders_run, result.tolist()):
         values[layer, head] = value
     grid = Grid(

@@ -84,7 +84,7 @@ def resid_pre_by_pos(model, base: list[Tensor], source: list[Tensor], metric: Ca
         cfg = model.cfg
         per_token = 4 * (cfg.d_mlp or 4 * cfg.d_model) + (cfg.d_vocab if answer_pos is None else 0)
         groups = [(l, g) for l in range(len(stack)) for g in _groups(n_pos, batch, cfg.n_heads, per_token, cap)]
-        values = torch.empty(len(stack), n_pos)
+        values = torch.empty(len(stack), n_pos)  # cpu: a result
         for layer, starts in tqdm(groups, desc="patch resid_pre", disable=not progress or len(groups) < 2):
             for p, value in zip(starts, _group(stack, layer, starts, resid[layer], source[layer], keys_values, metric,
                                                base_logits, answer_pos)):
@@ -200,7 +200,7 @@ def z_all_pos(model, base: Tensor, source_z: list[Tensor], metric: Callable, bas
         size = min(cfg.n_heads, fit, cap or cfg.n_heads)
         chunks = [(l, list(range(h, min(h + size, cfg.n_heads)))) for l in range(cfg.n_layers)
                   for h in range(0, cfg.n_heads, size)]
-        values = torch.empty(cfg.n_layers, cfg.n_heads)
+        values = torch.empty(cfg.n_layers, cfg.n_heads)  # cpu: a result
         positions = torch.arange(n_pos, device=device)
         for layer, heads in tqdm(chunks, desc="patch z", disable=not progress or len(chunks) < 2):
             z = acts[z_names[layer]].unsqueeze(0).repeat(len(heads), 1, 1, 1, 1)  # [cells, batch, pos, head, d_head]
@@ -208,7 +208,7 @@ def z_all_pos(model, base: Tensor, source_z: list[Tensor], metric: Callable, bas
                 z[j, :, :, h] = source_z[layer][:, :, h]
             hidden = _after_attention(stack.blocks[layer], acts[pre[layer]].repeat(len(heads), 1, 1), z.flatten(0, 1))
             out, _, _ = native.run_blocks(stack, layer + 1, hidden, positions, masks)
-            values[layer, heads] = torch.tensor(_measured(stack, out.unflatten(0, (len(heads), batch)), metric, answer_pos))
+            values[layer, heads] = torch.tensor(_measured(stack, out.unflatten(0, (len(heads), batch)), metric, answer_pos))  # cpu: host floats
     return values.flatten()
 
 

@@ -159,7 +159,7 @@ def _logit_targets(model, last: Tensor, targets, baseline, max_logits: int, logi
         cut = int(torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob, device=top_p.device))) + 1
         ids = top_i[:cut]
     else:
-        ids = torch.tensor([t for t in targets if isinstance(t, int)] if all(isinstance(t, int) for t in targets)
+        ids = torch.tensor([t for t in targets if isinstance(t, int)] if all(isinstance(t, int) for t in targets)  # cpu: indices, any device's
                            else token_ids(model, [str(t) for t in targets]).tolist(), dtype=torch.long)
         if not len(ids) or int(ids.min()) < 0 or int(ids.max()) >= probs.shape[0]:
             raise InterpError(f"targets must be answer strings or vocab ids in [0, {probs.shape[0]}), got {targets!r}")
@@ -215,8 +215,8 @@ def _sources(clean: dict[str, Tensor], by_layer: dict[int, Dictionary], outs: di
             out = out - d.decode(a).detach().float()
         out[:skip] = 0
         errors.append(out)
-    cat = lambda xs, dtype: torch.cat(xs).cpu() if xs else torch.zeros(0, dtype=dtype)  # noqa: E731
-    return _Sources(torch.tensor(layers, dtype=torch.long), cat(pos_, torch.long), cat(idx_, torch.long),
+    cat = lambda xs, dtype: torch.cat(xs).cpu() if xs else torch.zeros(0, dtype=dtype)  # cpu: host-side node table; noqa: E731
+    return _Sources(torch.tensor(layers, dtype=torch.long), cat(pos_, torch.long), cat(idx_, torch.long),  # cpu: host-side node table
                     cat(act_, torch.float), dec, enc, torch.stack(errors), clean[EMBED][0].float())
 
 
@@ -242,15 +242,15 @@ class _Backward:
         loss = torch.zeros((), device=self.deltas[0].device)
         for site in dict.fromkeys(s for s, _, _ in targets):
             r = [i for i, (s, _, _) in enumerate(targets) if s == site]
-            p = torch.tensor([targets[i][1] for i in r])
+            p = torch.tensor([targets[i][1] for i in r])  # cpu: indices, any device's
             act = self.found[site]
             v = torch.stack([targets[i][2] for i in r]).to(act.device)
-            loss = loss + (act[torch.tensor(r), p].float() * v).sum()
+            loss = loss + (act[torch.tensor(r), p].float() * v).sum()  # cpu: indices, any device's
         grads = torch.autograd.grad(loss, self.deltas, retain_graph=True, allow_unused=True)
         grads = [torch.zeros_like(x) if g is None else g.float() for g, x in zip(grads, self.deltas)]
         cols = []
         for layer, (pos, vecs) in src.dec.items():
-            cols.append((grads[layer] @ vecs.T)[:, pos, torch.arange(len(pos))])  # [rows, k]
+            cols.append((grads[layer] @ vecs.T)[:, pos, torch.arange(len(pos), device=pos.device)])  # [rows, k]
         cols.append(torch.einsum("lpd,blpd->blp", src.errors, torch.stack(grads[:-1], 1)).flatten(1))
         cols.append((grads[-1] * src.embed).sum(-1))
         self.seconds += time.perf_counter() - t
@@ -258,7 +258,7 @@ class _Backward:
 
 
 def _feature_rows(bwd: _Backward, logit_rows: Tensor, probs: Tensor, sites: dict[int, str], budget: int,
-                  batch: int, progress: bool, rank_every: int = 4) -> tuple[Tensor, Tensor, float]:
+                  batch: int, progress: bool, rank_every: int = 4) -> tuple[Tensor, Tensor, float]:  # cpu: host-side, on rows_of's host rows
     """(rows [features, sources], chosen [features], seconds ranking): all features' rows, or
     `budget` of them taken most influential first through the rows known so far, the ranking redone
     every `rank_every` batches (circuit-tracer's order and its update interval)."""
@@ -346,7 +346,7 @@ def attribute(
 
 
 def _assemble(src: _Sources, feat_rows: Tensor, chosen: Tensor, logit_rows: Tensor, ids: Tensor, probs: Tensor,
-              token_ids: Tensor, strings: list[str], model: str, meta: dict) -> AttributionGraph:
+              token_ids: Tensor, strings: list[str], model: str, meta: dict) -> AttributionGraph:  # cpu: host-side, on rows_of's host rows
     """The graph of the chosen features, every error and token, and the logits (circuit-tracer's order)."""
     n_feat, (n_layers, n_pos, _) = src.n_features, src.errors.shape
     keep = torch.cat([torch.nonzero(chosen).flatten(), torch.arange(n_feat, logit_rows.shape[1])])
@@ -371,7 +371,7 @@ def _assemble(src: _Sources, feat_rows: Tensor, chosen: Tensor, logit_rows: Tens
     )
 
 
-def _partial_influence(rows: Tensor, row_node: Tensor, probs: Tensor, n: int, max_iter: int = 1000) -> Tensor:
+def _partial_influence(rows: Tensor, row_node: Tensor, probs: Tensor, n: int, max_iter: int = 1000) -> Tensor:  # cpu: host-side, on rows_of's host rows
     """Influence of every node on the logits through the rows known so far (circuit-tracer's
     ranking for `max_feature_nodes`): rows [r, sources] are the normalised inputs of nodes row_node."""
     norm = rows.abs()

@@ -111,7 +111,7 @@ class FeatureEdit:
             if self.mode == "ablate":
                 delta = -f
             else:
-                target = torch.as_tensor(self.value, dtype=f.dtype)
+                target = torch.as_tensor(self.value, dtype=f.dtype, device=f.device)
                 if target.ndim == 3:
                     target = target.narrow(1, start, target.shape[1] - start)
                 delta = target.to(f.device) - f
@@ -187,14 +187,14 @@ def top_examples(model, tokens: Tensor, dictionary: Dictionary, *, valid: Tensor
     acts = acts.masked_fill(~valid[..., None], 0.0)
     if features is None:
         features = torch.nonzero(acts.amax((0, 1)) > 0).flatten().tolist()
-    feats = torch.tensor(list(features), dtype=torch.long)
+    feats = torch.tensor(list(features), dtype=torch.long)  # cpu: a host table
     flat = acts[..., feats].flatten(0, 1).T  # [F, rows * pos]
     kk = min(k, flat.shape[1])
     top = flat.topk(kk, dim=1)
     rows, pos = top.indices // tokens.shape[1], top.indices % tokens.shape[1]
     show = token_strings or (lambda ids: _token_strings(model, ids))
     window = before + 1 + after
-    contexts, cacts = [], torch.zeros(len(feats), kk, window)
+    contexts, cacts = [], torch.zeros(len(feats), kk, window)  # cpu: a host table
     for i, f in enumerate(feats.tolist()):
         per = []
         for j in range(kk):

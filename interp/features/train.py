@@ -143,10 +143,10 @@ class _Trainee:
             st = self.opt.state.get(p, {})
             for key in ("exp_avg", "exp_avg_sq", "step"):
                 if key in st:
-                    out[f"{i}.adam{j}.{key}"] = torch.as_tensor(st[key]).detach().clone()
+                    out[f"{i}.adam{j}.{key}"] = torch.as_tensor(st[key]).detach().clone()  # cpu: keeps the state's device
         out[f"{i}.since"] = self.since
         out[f"{i}.threshold"] = self.threshold
-        out[f"{i}.scales"] = torch.tensor([self.s_in, self.s_out])
+        out[f"{i}.scales"] = torch.tensor([self.s_in, self.s_out])  # cpu: a checkpoint
         return out
 
     def restore(self, i: int, t: dict[str, Tensor]) -> None:
@@ -186,7 +186,7 @@ def _pairs(pairs: Sequence[tuple[str, str] | str]) -> list[tuple[str, str]]:
 
 def _batch(model, rows: Tensor, valid: Tensor, names: list[str]) -> dict[str, Tensor]:
     """Activations at `names` of the trainable tokens of `rows`, [tokens, d] each."""
-    last = torch.full((rows.shape[0],), rows.shape[1] - 1)  # logits at one position: skips most of the unembedding
+    last = torch.full((rows.shape[0],), rows.shape[1] - 1)  # cpu: run.cache moves it; logits at one position: skips most of the unembedding
     _, acts = cache(model, rows, names, answer_pos=last)
     return {n: acts[n][valid.to(acts[n].device)].float() for n in names}  # trained on the model's device
 

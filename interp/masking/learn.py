@@ -251,7 +251,7 @@ def _references(model, task: Task, r: HardConcrete) -> tuple[dict, Tensor]:
     refs = references(model, sites(HeadMask.full(model, mlps=r.include_mlps)), r.ablation,
                       default_reference(task, r.ablation, None), r.mean_over)
     full = torch.cat([run.logits(model, task.clean[i : i + 256]) for i in range(0, len(task), 256)], 0)
-    return refs, full[torch.arange(len(task)), task.answer_pos].float().log_softmax(-1)  # [batch, d_vocab]
+    return refs, full[torch.arange(len(task), device=full.device), task.answer_pos.to(full.device)].float().log_softmax(-1)  # [batch, d_vocab]
 
 
 @dataclass(frozen=True)
@@ -273,7 +273,7 @@ class _Units:
         off = _unit_index(model, force_off, include_mlps, "force_off")
         if set(on) & set(off):
             raise InterpError(f"units {sorted(set(on) & set(off))} are both forced on and forced off")
-        forced_on, forced_off = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)
+        forced_on, forced_off = torch.zeros(n, dtype=torch.bool), torch.zeros(n, dtype=torch.bool)  # cpu: moved when returned
         forced_on[on], forced_off[off] = True, True
         return cls((L, H), n, on, off, forced_on.to(device), forced_off.to(device))
 

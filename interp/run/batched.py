@@ -40,8 +40,8 @@ def _measure(metric: Callable, logits: Tensor, what: str) -> Tensor:
     """`metric(logits)` as a 0-d tensor, or a [m] tensor when it returns m named scalars (a dict)."""
     value = metric(logits)
     if isinstance(value, dict):
-        return torch.tensor([scalar(lambda _: v, logits, f"{what} ({name})") for name, v in value.items()])
-    return torch.tensor(scalar(lambda _: value, logits, what))
+        return torch.tensor([scalar(lambda _: v, logits, f"{what} ({name})") for name, v in value.items()])  # cpu: host floats
+    return torch.tensor(scalar(lambda _: value, logits, what))  # cpu: a host float
 
 
 @dataclass(frozen=True)
@@ -188,4 +188,4 @@ def evaluate(
     shapes = {tuple(v.shape) for v in found.values()}
     if len(shapes) > 1:
         raise InterpError(f"the metric returned values of different shapes {sorted(shapes)} for different variants")
-    return torch.stack([found[i] for i in range(len(variants))]) if variants else torch.empty(0)
+    return torch.stack([found[i] for i in range(len(variants))]) if variants else torch.empty(0)  # cpu: an empty result

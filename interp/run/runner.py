@@ -182,7 +182,7 @@ def checked_answer_pos(tokens: Tensor, answer_pos: Tensor | None) -> Tensor | No
     if answer_pos is None:
         return None
     batch, n_pos = tokens.shape
-    answer_pos = torch.as_tensor(answer_pos).to(tokens.device)
+    answer_pos = torch.as_tensor(answer_pos).to(tokens.device)  # cpu: moved on the same line
     if answer_pos.dtype.is_floating_point or answer_pos.dtype.is_complex or answer_pos.dtype == torch.bool:
         raise InterpError(f"answer_pos must hold integer positions, got dtype {answer_pos.dtype}")
     if answer_pos.shape != (batch,) or answer_pos.min() < 0 or answer_pos.max() >= n_pos:
@@ -262,7 +262,7 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
     if ablation == "zero":
         if tokens is not None:
             raise InterpError("zero ablation takes no reference tokens")
-        return {n: Reference("zero", torch.zeros(())) for n in names}
+        return {n: Reference("zero", torch.zeros(())) for n in names}  # cpu: a 0-dim zero meets any device
     if tokens is None:
         raise InterpError(f"{ablation} ablation needs reference token rows [batch, pos] (e.g. task.clean)")
     if tokens.ndim != 2:
@@ -273,7 +273,7 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
         for n in names:
             parts[n].append(acts[n])
     pad = _pad_id(model)
-    valid = torch.ones(tokens.shape, dtype=torch.bool) if pad is None else (tokens != pad).cpu()
+    valid = torch.ones(tokens.shape, dtype=torch.bool) if pad is None else (tokens != pad).cpu()  # cpu: moved beside the activations below
     valid[:, 0] = True  # a row is never all padding
     out = {}
     for n in names:

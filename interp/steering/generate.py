@@ -62,8 +62,8 @@ def encode(model, prompts: str | Sequence[str]) -> tuple[Int[Tensor, "batch pos"
         raise InterpError("no prompts given")
     rows = [model.to_tokens(p, move_to_device=False)[0] for p in prompts]
     width = max(len(r) for r in rows)
-    tokens = torch.full((len(rows), width), _pad_id(model), dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    tokens = torch.full((len(rows), width), _pad_id(model), dtype=torch.long)  # cpu: prompts; moved at generation
+    mask = torch.zeros(len(rows), width, dtype=torch.long)  # cpu: prompts; moved at generation
     for i, r in enumerate(rows):
         tokens[i, width - len(r):] = r
         mask[i, width - len(r):] = 1
