@@ -93,7 +93,7 @@ def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict
             f"token id {top} is outside the model's vocabulary (d_vocab={model.cfg.d_vocab}); "
             "were these tokens made with another model's tokenizer?"
         )
-    device = model.cfg.device
+    device = run.input_device(model)
     return clean.to(device), corrupt.to(device), metric, info, answer_pos
 
 
@@ -276,32 +276,10 @@ def activation_patch(
     return _finish(_relabel(grid, ticks), normalize)
 
 
-@records_peak
-def attribution_patch(
-    model,
-    clean: Task | Tensor,
-    corrupt: Tensor | None = None,
-    *,
-    site: str,
-    metric: Metric | None = None,
-    by_pos: bool = False,
-    normalize: bool = False,
-    positions: Positions | None = None,
-) -> Grid:
-    """Attribution patching: (clean - corrupt) . d metric / d activation, on the corrupt run.
-
-    The first-order estimate of `activation_patch(..., direction="denoise")` minus the corrupt
-    metric, from one clean forward and one corrupt forward + backward, for every cell at once.
-    Same axes as activation_patch; the values are changes from the corrupt baseline
-    (meta["relative_to"] = "corrupt_metric"). `normalize=True`: change / (clean_metric -
-    corrupt_metric), the same scale as a normalised activation_patch (0 = corrupt baseline, 1 =
-    clean baseline). `positions` as in activation_patch ("named": each row's score is read at
-    its own index for each name).
-    """
-    _check_site(site)
-    task = clean if isinstance(clean, Task) else None
-    clean, corrupt, metric, info, answer_pos = _inputs(model, clean, corrupt, metric)
-    mode, named, ticks = _named(task, by_pos, positions)
+def _attribution_rows(model, clean: Tensor, corrupt: Tensor, metric: Metric, answer_pos: Tensor | None, site: str,
+                      by_pos: bool, mode: str, named: dict | None) -> tuple[Tensor, float, float]:
+    """(clean - corrupt) . d metric / d activation at every layer's `site`, summed to the site's
+    cells, from one clean forward and one corrupt forward + backward; and the two metrics."""
     spec = spec_of(site)
     names = [spec.hook.format(layer=l) for l in range(model.cfg.n_layers)]
     clean_logits, clean_acts = run.cache(model, clean, names, answer_pos=answer_pos)
@@ -330,7 +308,56 @@ def attribution_patch(
         picked = [(per_pos[rows_, :, named[k].to(score.device)] if axis == 2 else per_pos[rows_, named[k].to(score.device)])
                   .sum(0) for k in named]
         rows.append(torch.stack(picked, -1) if axis == 2 else torch.stack(picked, 0))
-    values = torch.stack(rows).detach()
+    return torch.stack(rows).detach(), run.scalar(metric, clean_logits, "clean"), float(value.detach())
+
+
+@records_peak
+def attribution_patch(
+    model,
+    clean: Task | Tensor,
+    corrupt: Tensor | None = None,
+    *,
+    site: str,
+    metric: Metric | None = None,
+    by_pos: bool = False,
+    normalize: bool = False,
+    positions: Positions | None = None,
+    batch_size: int | None = None,
+) -> Grid:
+    """Attribution patching: (clean - corrupt) . d metric / d activation, on the corrupt run.
+
+    The first-order estimate of `activation_patch(..., direction="denoise")` minus the corrupt
+    metric, from one clean forward and one corrupt forward + backward, for every cell at once.
+    Same axes as activation_patch; the values are changes from the corrupt baseline
+    (meta["relative_to"] = "corrupt_metric"). `normalize=True`: change / (clean_metric -
+    corrupt_metric), the same scale as a normalised activation_patch (0 = corrupt baseline, 1 =
+    clean baseline). `positions` as in activation_patch ("named": each row's score is read at
+    its own index for each name).
+
+    `batch_size`: the memory knob. A Task's rows go through in chunks of that many (its metric is
+    a mean over rows, so chunk scores weighted by their share of rows add up to the whole batch's
+    scores); the peak is then one chunk's forward and backward. None: all rows at once.
+    """
+    _check_site(site)
+    task = clean if isinstance(clean, Task) else None
+    if batch_size is not None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InterpError(f"batch_size={batch_size!r} must be an int >= 1")
+        if task is None or metric is not None:
+            raise InterpError("batch_size splits a Task's rows under its own metric (a mean over rows); with raw "
+                              "tokens or another metric, pass batch_size=None")
+    clean, corrupt, metric, info, answer_pos = _inputs(model, clean, corrupt, metric)
+    mode, named, ticks = _named(task, by_pos, positions)
+    if batch_size is None or batch_size >= len(clean):
+        values, clean_m, corrupt_m = _attribution_rows(model, clean, corrupt, metric, answer_pos, site, by_pos, mode, named)
+    else:
+        values, clean_m, corrupt_m = 0.0, 0.0, 0.0
+        for i in range(0, len(task), batch_size):
+            part = task[i : i + batch_size]
+            w = len(part) / len(task)
+            got = _attribution_rows(model, part.clean, part.corrupt, for_task(part), part.answer_pos, site, by_pos, mode,
+                                    _named(part, by_pos, positions)[1])
+            values, clean_m, corrupt_m = values + w * got[0], clean_m + w * got[1], corrupt_m + w * got[2]
     _, axes, _ = cells(model, site, by_pos, clean.shape[1])
     labels = _labels(model, axes, clean, tuple(values.shape))
     if mode == "named":
@@ -341,7 +368,7 @@ def attribution_patch(
         axes,
         labels,
         {"method": "attribution_patch", "site": site, "by_pos": by_pos, "relative_to": "corrupt_metric",
-         "clean_metric": run.scalar(metric, clean_logits, "clean"), "corrupt_metric": float(value.detach()), **info,
+         "clean_metric": clean_m, "corrupt_metric": corrupt_m, "batch_size": batch_size, **info,
          **({"positions": mode} if by_pos and task is not None and task.positions else {})},
     )
     return _finish(_relabel(grid, ticks), normalize)

@@ -337,3 +337,23 @@ def test_aligned_rows_label_positions_and_named_equals_by_index(english_gpt2, mi
     pattern_index = patching.attribution_patch(english_gpt2, task, site="pattern", by_pos=True)
     pattern_named = patching.attribution_patch(english_gpt2, task, site="pattern", by_pos=True, positions="named")
     assert torch.allclose(pattern_index.sel(dest="S2").values, pattern_named.sel(dest="S2").values, atol=1e-6)
+
+
+@pytest.mark.parametrize("site, by_pos, positions", [("z", False, None), ("resid_pre", True, "mean"),
+                                                      ("z", True, "named"), ("pattern", False, None)])
+def test_attribution_in_chunks_equals_one_batch(english_gpt2, mixed_ioi, site, by_pos, positions):
+    whole = patching.attribution_patch(english_gpt2, mixed_ioi, site=site, by_pos=by_pos, positions=positions)
+    parts = patching.attribution_patch(english_gpt2, mixed_ioi, site=site, by_pos=by_pos, positions=positions, batch_size=5)
+    assert parts.shape == whole.shape and parts.labels == whole.labels
+    assert torch.allclose(parts.values, whole.values, atol=1e-5 * (1 + float(whole.values.abs().max())))
+    for key in ("clean_metric", "corrupt_metric"):
+        assert parts.meta[key] == pytest.approx(whole.meta[key], abs=1e-5)
+    assert parts.meta["peak_memory"]["bytes"] > 0
+
+
+def test_attribution_chunks_need_a_tasks_own_metric(english_gpt2, mixed_ioi):
+    clean, corrupt = _pair()
+    with pytest.raises(ValueError, match="batch_size splits a Task's rows"):
+        patching.attribution_patch(english_gpt2, clean, corrupt, metric=metric, site="z", batch_size=2)
+    with pytest.raises(ValueError, match="must be an int >= 1"):
+        patching.attribution_patch(english_gpt2, mixed_ioi, site="z", batch_size=0)
