@@ -175,3 +175,40 @@ def test_warm_is_a_no_op_without_a_cache_file(tmp_path, cache):
     folder = interp.build_tiny("llama", tmp_path / "m", seed=7)
     load_cache.warm(folder, None)  # nothing cached yet: no error, nothing written
     assert not (cache / "processed").exists()
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "qwen2", "gemma2"])
+def test_lean_processing_equals_transformerlens_own_processing(family, tmp_path, cache):
+    """interp.load hands each weight-processing step its input one tensor at a time
+    (load_cache.lean_processing); the weights it gives are exactly TransformerLens's own."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from interp.model.loading import quiet_loading
+
+    folder = interp.build_tiny(family, tmp_path / family, seed=8)
+    ours = interp.load(folder, weights_cache=False)
+    with quiet_loading():
+        theirs = TransformerBridge.boot_transformers(str(folder), tokenizer=ours.tokenizer)
+        theirs.enable_compatibility_mode(disable_warnings=True)
+    theirs.eval()
+    _same(ours, theirs)
+
+
+def test_lean_processing_frees_each_input_and_restores_the_steps():
+    from transformer_lens.weight_processing import ProcessWeights
+
+    before = {n: ProcessWeights.__dict__[n] for n in load_cache._CLONING_STEPS}
+    given = {"a": torch.ones(2), "b": torch.zeros(3)}
+    seen = []
+
+    def step(state_dict, cfg):
+        out = {}
+        for k, v in state_dict.items():
+            out[k] = v.clone()
+            seen.append(len(state_dict))  # entries still held while cloning
+        return out
+
+    with load_cache.lean_processing():
+        out = load_cache._handing_over(step)(given, None)
+    assert seen == [1, 0] and given == {} and torch.equal(out["a"], torch.ones(2)) and torch.equal(out["b"], torch.zeros(3))
+    assert {n: ProcessWeights.__dict__[n] for n in load_cache._CLONING_STEPS} == before

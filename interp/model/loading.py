@@ -273,8 +273,9 @@ def load(
     try:
         with quiet_loading():
             bridge = TransformerBridge.boot_transformers(target, **kwargs)
-            with load_cache.processed_weights_cache(local, dtype) if cached else nullcontext():
+            with load_cache.lean_processing(), load_cache.processed_weights_cache(local, dtype) if cached else nullcontext():
                 bridge.enable_compatibility_mode(disable_warnings=True)
+        load_cache.release_free_memory()
     except ModelNotFoundError:
         raise
     except Exception as err:
