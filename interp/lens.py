@@ -38,6 +38,7 @@ from interp.interventions import Intervention
 from interp.metrics import logit_diff as _logit_diff
 from interp.results import Grid
 from interp.tasks.base import Task
+from interp.memory import records_peak
 
 __all__ = [
     "HEAD_KINDS", "LENS_METRICS", "answer_directions", "at_positions", "detection_target", "direct_logit_attribution",
@@ -268,6 +269,7 @@ def residual_components(model, tokens: Tensor, answer_pos: Tensor, *, by: Litera
 # analyses -> Grid
 
 
+@records_peak
 def logit_lens(model, task: Task, *, metric: str = "logit_diff") -> Grid:
     """Layer-by-layer predictions at the answer position, averaged over the task.
 
@@ -331,6 +333,7 @@ def lens_top_tokens(model, tokens, *, k: int = 5, pos: int = -1):
     return pd.DataFrame(rows, columns=["layer", "rank", "token", "token_id", "prob", "logit"])
 
 
+@records_peak
 def direct_logit_attribution(model, task: Task) -> Grid:
     """Each head's and each MLP's direct contribution to the logit difference, mean over the task.
 
@@ -359,6 +362,7 @@ def direct_logit_attribution(model, task: Task) -> Grid:
                  "logit_diff": actual, **info})
 
 
+@records_peak
 def residual_decomposition(model, task: Task) -> Grid:
     """The residual stream at the answer position split into embed, pos_embed (absolute
     positions only), each layer's attn_out and mlp_out (TL's `decompose_resid`), mean over the task.
@@ -381,6 +385,7 @@ def residual_decomposition(model, task: Task) -> Grid:
                  "residual_error": float((raw.sum(0) - final).abs().max()), **info})
 
 
+@records_peak
 def head_scores(model, tokens: Tensor | Task | None = None, kind: str = "previous_token", *,
                 interventions: Sequence[Intervention] = (), exclude_bos: bool = False,
                 exclude_current_token: bool = False, average: Literal["targets", "all"] = "targets",

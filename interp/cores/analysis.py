@@ -23,6 +23,7 @@ from interp.metrics import answer_logits, binary_accuracy, logit_diff
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name
 from interp.tasks.base import Task
+from interp.memory import records_peak
 
 __all__ = [
     "INTERVENTIONS", "activations", "align", "align_coordinates", "both_metrics", "extract", "fit_operator", "fourier_power", "gradients",
@@ -126,6 +127,7 @@ def _check_k(k: int | None, d: int, site: str) -> None:
         raise InterpError(f"k={k!r} must be an integer in 1..d_model={d} at {site}; a core cannot be wider than the site")
 
 
+@records_peak
 def extract(
     model,
     task: Task,
@@ -241,6 +243,7 @@ def both_metrics(task: Task) -> Callable[[Tensor], Tensor]:
                            "binary_accuracy": binary_accuracy(logits, *args).float().mean()}
 
 
+@records_peak
 def validate(
     model, core: Core, task: Task, *, n_random: int = 5, seed: int = 0, variants_per_forward: int | None = None,
     progress: bool = True,
@@ -319,6 +322,7 @@ def sequence_coordinates(
     return torch.cat(out)
 
 
+@records_peak
 def fit_operator(
     model, core: Core, data: Task | Tensor, *, target: Core | None = None, lag: int = 1, start: int = 1, ridge: float = 0.0
 ) -> Operator:
@@ -344,6 +348,7 @@ def fit_operator(
     return operator_from(x, y, source=core.site, target=target.site, ridge=ridge, meta={"kind": "site"})
 
 
+@records_peak
 def score_operator(model, operator: Operator, core_in: Core, core_out: Core, task: Task) -> float:
     """R² of `operator` predicting core_out's coordinates from core_in's on `task` in `model`."""
     x = core_in.coordinates(activations(model, task, core_in.site))

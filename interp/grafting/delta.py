@@ -32,6 +32,7 @@ from interp.errors import InterpError
 from interp.grafting.facts import Facts, encode
 from interp.interventions import WeightDelta
 from interp.storage import load, result
+from interp.memory import records_peak
 
 __all__ = ["COMPONENTS", "Delta", "component_of", "finetune", "layer_of", "parameters"]
 
@@ -191,6 +192,7 @@ def _rows(model, sets: list[Facts]) -> tuple[Tensor, Tensor]:
     return torch.cat([pad(b.tokens, 0) for b in encoded]), torch.cat([pad(b.targets, -100) for b in encoded])
 
 
+@records_peak
 def finetune(
     model,
     facts: Facts | Sequence[Facts],

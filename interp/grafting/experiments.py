@@ -28,6 +28,7 @@ from interp.grafting.facts import (
     mean_rank,
     second_hop,
 )
+from interp.memory import records_peak
 
 __all__ = ["early_late", "graft", "hop", "layer_restriction", "layer_split", "ranks_under"]
 
@@ -55,6 +56,7 @@ def hop(model, facts: Facts, implications: Facts, *, workdir=None, tag: str = "h
     return out, delta
 
 
+@records_peak
 def graft(model, n: int = 20, *, assignment_seed: int = 0, relation: str = "lives_in", workdir=None, progress: bool = True,
           **train: Any) -> dict[str, Any]:
     """Weight grafting on first-hop facts of `relation` (RELATIONS; the paper grafts on invented

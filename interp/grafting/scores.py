@@ -41,6 +41,7 @@ from interp.grafting.facts import Batch, Facts, encode
 from interp.interventions import Patch
 from interp.results import Grid, stack
 from interp.storage import result
+from interp.memory import records_peak
 
 __all__ = ["ExtractiveScores", "extractive_scores", "informative_by_component", "per_component_backward"]
 
@@ -190,6 +191,7 @@ def _rotated(facts: Facts, k: int) -> Facts:
                  facts.answers[k:] + facts.answers[:k], facts.options)
 
 
+@records_peak
 def extractive_scores(model, delta: Delta, facts: Facts, *, counterfactual: Facts | Sequence[Facts] | None = None,
                       counterfactuals: int = 1) -> ExtractiveScores:
     """Informative, upstream and downstream scores of `delta` on the prompts of `facts`, averaged

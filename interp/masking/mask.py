@@ -18,6 +18,7 @@ from interp.metrics import for_task
 from interp.results import Grid, result
 from interp.sites import hook_name, position_axis
 from interp.tasks.base import Task
+from interp.memory import records_peak
 
 __all__ = [
     "HeadMask", "ablation_scan", "apply", "check_mask", "check_task", "default_reference", "head_site",
@@ -251,6 +252,7 @@ def apply(
         yield model
 
 
+@records_peak
 def ablation_scan(
     model,
     task: Task,

@@ -19,6 +19,7 @@ from interp.masking.mask import HeadMask, MeanOver, check_mask, check_task, inte
 from interp.metrics import binary_accuracy, for_task
 from interp.results import Grid, result
 from interp.tasks.base import Task
+from interp.memory import records_peak
 
 __all__ = [
     "EffectiveSize", "Study", "core_baseline", "effective_size", "evaluate", "heuristic_core", "jaccard", "overlap",
@@ -115,6 +116,7 @@ def _as_splits(splits: Mapping[str, Task] | Sequence[Task]) -> dict[str, Task]:
     return out
 
 
+@records_peak
 def evaluate(
     model,
     masks: HeadMask | Sequence[HeadMask],
@@ -224,6 +226,7 @@ class Study:
         }
 
 
+@records_peak
 def study(
     model,
     task: Task,
@@ -288,6 +291,7 @@ class EffectiveSize:
         return Grid(self.curve.values, self.curve.axes, self.curve.labels, meta)
 
 
+@records_peak
 def effective_size(
     model,
     task: Task,

@@ -51,6 +51,7 @@ from interp.storage import load_state, save_state
 from interp.results import Grid, result
 from interp.run import evaluate
 from interp.model import name_of
+from interp.memory import records_peak
 
 from .scores import KINDS, WeightScores, fingerprint, linears
 
@@ -143,6 +144,7 @@ def check_model(model, masks: dict[str, Tensor], meta: dict[str, Any]) -> None:
                           f"{meta['fingerprint']}); {model.cfg.model_name} has weights {fingerprint(model)}")
 
 
+@records_peak
 def probe(model, tokens: Tensor, metric: Callable[[Tensor], Tensor], scores: WeightScores, *,
           answer_pos: Tensor | None = None, tolerance: float = 0.05, sparsity: float | None = None, n_groups: int = 10,
           grouping: str = "row", max_checks: int | None = 64, min_examples: int = 32, progress: bool = True,

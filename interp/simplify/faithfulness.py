@@ -17,6 +17,7 @@ from interp.simplify.core import IGNORE, HeadSpec, Rows, js_divergence
 from interp.simplify.simplifiers import Simplifier, fit_kmeans, fit_svd
 from interp.sites import hook_name
 from interp.tasks.base import Task
+from interp.memory import records_peak
 
 __all__ = ["METRICS", "QUANTITIES", "AttentionComparison", "Sweep", "compare_attention", "faithfulness", "k_sweep", "rank_sweep"]
 
@@ -167,6 +168,7 @@ class _Evaluator:
         }
 
 
+@records_peak
 def faithfulness(
     model,
     simplifier: Simplifier,
@@ -254,6 +256,7 @@ def _sweep(ev: _Evaluator, axis: str, params: Sequence[int], make: Callable[[int
     return Sweep(torch.stack(values), axis, tuple(params), tuple(ev.splits), meta)
 
 
+@records_peak
 def rank_sweep(
     model,
     heads: HeadSpec,
@@ -278,6 +281,7 @@ def rank_sweep(
     return _sweep(ev, "rank", ranks, fit.at, progress)
 
 
+@records_peak
 def k_sweep(
     model,
     heads: HeadSpec,
@@ -331,6 +335,7 @@ class AttentionComparison:
         return Grid(self.patterns, ("method", "dest", "src"), (self.names, ticks, ticks), meta)
 
 
+@records_peak
 def compare_attention(model, simplifier: Simplifier, tokens: Int[Tensor, " pos"], head: tuple[int, int]) -> AttentionComparison:
     """The original and simplified attention of `head` (one of the simplifier's) on one row."""
     if tuple(head) not in simplifier.heads:
