@@ -313,7 +313,7 @@ def provenance_text(r: _R, result: dict[str, Any]) -> str:
         first = lambda *p: pointer("provenance", "gpu_estimate", "models", next(iter(gpu)), *p)  # noqa: E731
         body += (" *On one GPU, an estimate, not a measurement* (no GPU was lent; `interp.studies.gpu_estimate`): each model's "
                  f"share of those hours scaled by one forward of {r.int(first('batch'))} rows of {r.int(first('seq'))} tokens timed "
-                 f"here against that forward's GPU bound ({bound_words(lambda *k: r.num(first('assumed', *k)))}): "
+                 f"here against that forward's GPU bound, {bound_words(lambda *k: r.num(first('calibration', *k)), next(iter(gpu.values()))['calibration'])}: "
                  + "; ".join(f"`{k}` {r.num(pointer('provenance', 'gpu_estimate', 'models', k, 'cpu_forward_s'))} s here, "
                              f"{r.num(pointer('provenance', 'gpu_estimate', 'models', k, 'gpu_forward_s', 0))}–{r.num(pointer('provenance', 'gpu_estimate', 'models', k, 'gpu_forward_s', 1))} s on a GPU"
                              for k in gpu)

@@ -40,7 +40,7 @@ from interp.errors import InterpError
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import judge
 
-__all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "main", "model_study", "regions", "repro", "spearman_gap", "write_doc"]
+__all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "main", "model_study", "recalibrate_gpu", "regions", "repro", "spearman_gap", "write_doc"]
 
 DEFAULT_MODELS = ("zoo:lm-gpt2", "zoo:lm-llama", "zoo:lm-qwen2", "zoo:lm-gemma2", "smollm2-135m")
 ROLE_THRESHOLD = 0.3  # attention / detector score above which a head is given a Wang et al. role
@@ -274,6 +274,21 @@ def _gpu_estimate(configs: list[dict[str, Any]], units_s: dict[str, float | None
             continue
         prof = forward_profile(load(c["model"]), c["n"], PROFILE_SEQ)
         out[c["model"]] = {**prof, "unit_seconds_estimate": on_gpu(units_s[c["model"]], prof)}
+    return out
+
+
+def recalibrate_gpu(result: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`result` with its GPU estimate re-derived from the stored forward counts, CPU times and unit
+    seconds under the GPU calibration (interp.studies.gpu_estimate.load_calibration); nothing is re-timed."""
+    import copy
+
+    from interp.studies.gpu_estimate import estimate, on_gpu
+
+    out = copy.deepcopy(result)
+    gpu = out["provenance"].get("gpu_estimate") or {}
+    for spec, prof in gpu.items():
+        p = estimate({k: v for k, v in prof.items() if k != "unit_seconds_estimate"}, cal)
+        gpu[spec] = {**p, "unit_seconds_estimate": on_gpu(out["provenance"]["units_s"][spec], p)}
     return out
 
 

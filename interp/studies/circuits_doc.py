@@ -43,7 +43,7 @@ def _run_region(r, d: dict[str, Any]) -> str:
         first = next(iter(gpu))
         lines.append("*On one GPU, an estimate, not a measurement* (no GPU was lent; `interp.studies.gpu_estimate`): each model "
                      "unit's seconds scaled by one forward of its prompts timed here against that forward's GPU bound, "
-                     f"{bound_words(lambda *k: g(first, 'assumed', *k))}: "
+                     f"{bound_words(lambda *k: g(first, 'calibration', *k), gpu[first]['calibration'])}: "
                      + "; ".join(f"`{k}` forward {g(k, 'cpu_forward_s')} s here, {g(k, 'gpu_forward_s', 0)}–{g(k, 'gpu_forward_s', 1)} s "
                                  f"on a GPU, the unit {g(k, 'unit_seconds_estimate', 0)}–{g(k, 'unit_seconds_estimate', 1)} s" for k in gpu)
                      + ".")

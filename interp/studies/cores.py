@@ -46,7 +46,7 @@ from interp.studies.cores_zoo import STUDY, load_zoo, NoStore, round_floats, val
 from interp.studies.verdicts import NOT_RUN, against_all, judge
 
 __all__ = ["BUDGETS", "DECODERS", "MARKOV_SITE", "demo_section", "ioi_section", "markov_section", "modular_section",
-           "random_plane_angles", "repro", "repro_markdown", "sva_section"]
+           "random_plane_angles", "recalibrate_gpu", "repro", "repro_markdown", "sva_section"]
 
 DECODERS = ("gpt2", "llama", "gemma2", "qwen2")
 MARKOV_SITE = "blocks.0.hook_resid_post"
@@ -221,8 +221,6 @@ def _estimate(log: list[tuple[dict[str, Any], float]], cfg: dict[str, Any], prof
     times prompts (`n_layers` of each real model: SmolLM2 `30`, Gemma-3 `18`). `profile(spec)`, when
     given, is the forward profile (interp.studies.gpu_estimate) of a zoo model ("zoo") or a real model:
     each one's share of the paper budget is scaled by it to a GPU estimate."""
-    from interp.studies.gpu_estimate import on_gpu
-
     paper = BUDGETS["paper"]
     layers = {"smollm2-135m": 30, "gemma3-270m": 18}
     spent: dict[str, float] = {}
@@ -245,10 +243,32 @@ def _estimate(log: list[tuple[dict[str, Any], float]], cfg: dict[str, Any], prof
     out = {"unit_seconds": spent, "paper_budget_cpu_hours": sum(scaled.values()) / 3600,
            "paper_cpu_hours_by_model": {k: v / 3600 for k, v in scaled.items()}}
     if profile is not None and scaled:
-        gpu = {k: profile(k) for k in scaled}
-        out["gpu"] = gpu
-        per = {k: on_gpu(v / 3600, gpu[k]) for k, v in scaled.items()}
-        out["paper_budget_gpu_hours_estimate"] = [sum(v[0] for v in per.values()), sum(v[1] for v in per.values())]
+        out["gpu"] = {k: profile(k) for k in scaled}
+        out["paper_budget_gpu_hours_estimate"] = _gpu_hours(out["paper_cpu_hours_by_model"], out["gpu"])
+    return out
+
+
+def _gpu_hours(cpu_hours: dict[str, float], profiles: dict[str, dict[str, Any]]) -> list[float]:
+    """The paper budget on one GPU, [low, high] hours: each model's CPU hours scaled by its profile."""
+    from interp.studies.gpu_estimate import on_gpu
+
+    per = [on_gpu(h, profiles[k]) for k, h in cpu_hours.items()]
+    return [sum(v[0] for v in per), sum(v[1] for v in per)]
+
+
+def recalibrate_gpu(result: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`result` with its GPU estimate re-derived from the stored forward counts, CPU times and CPU hours
+    under the GPU calibration (interp.studies.gpu_estimate.load_calibration); nothing is re-timed."""
+    import copy
+
+    from interp.studies.gpu_estimate import estimate
+
+    out = copy.deepcopy(result)
+    if "gpu_estimate" not in out["provenance"]:
+        return out
+    models = {k: estimate(p, cal) for k, p in out["provenance"]["gpu_estimate"]["models"].items()}
+    hours = _gpu_hours(out["timing"]["paper_cpu_hours_by_model"], models)
+    out["provenance"]["gpu_estimate"] = round_floats({"models": models, "paper_budget_gpu_hours": hours})
     return out
 
 

@@ -28,7 +28,7 @@ from interp.model import build_tiny, load
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import NOT_RUN, against_all, judge
 
-__all__ = ["BUDGETS", "PAPER", "STUDY", "demo_section", "gpu_estimate", "hops", "repro", "score_grids", "scores_json",
+__all__ = ["BUDGETS", "PAPER", "STUDY", "demo_section", "gpu_estimate", "hops", "recalibrate_gpu", "repro", "score_grids", "scores_json",
            "verdicts"]
 
 STUDY = "extractive"
@@ -345,22 +345,34 @@ def paper_fraction(b: dict[str, Any]) -> float:
 
 
 # GPU estimate (no GPU was lent to this session): a fine-tuning step of a 100M-parameter model at batch 8
-# x ~15 tokens is bound by memory traffic and kernel launches, not arithmetic. Assumed: each trainable
-# float is read or written ~16 times a step (weight + delta in forward and backward, gradient, Adam's
-# two moments and the update), at 2e12 bytes/s, plus ~1000 kernel launches at 10 us.
-GPU_ASSUMED = {"touches_per_param": 16, "gb_per_s": 2000, "launches": 1000, "launch_us": 10}
+# x ~15 tokens is bound by the host cost of its torch ops and by memory traffic, not arithmetic. Counted:
+# the leaf ops of one step of interp.grafting.finetune (forward, backward, Adam; batch 8 of first-hop facts),
+# on this CPU with torch.profiler (the difference between a 2- and a 1-epoch run of one step each,
+# 2026-12-05); each op at the calibrated per-op cost (interp.studies.gpu_estimate). On this CPU Adam updates
+# each parameter with its own ops; on a GPU its foreach path launches fewer, so the count errs high.
+# Assumed: each trainable float is read or written ~16 times a step (weight + delta in forward and backward,
+# gradient, Adam's two moments and the update) at the calibration's bandwidth.
+GPU_COUNTS = {"ops_per_step": {"smollm2-135m": 5305, "gemma3-270m": 4784}, "touches_per_param": 16}
 
 
-def gpu_estimate(trainable: int) -> float:
-    a = GPU_ASSUMED
-    return trainable * 4 * a["touches_per_param"] / (a["gb_per_s"] * 1e9) + a["launches"] * a["launch_us"] * 1e-6
+def gpu_estimate(spec: str, trainable: int, cal: dict[str, Any] | None = None) -> list[float] | None:
+    """One fine-tuning step of `spec` on one GPU, [low, high] seconds: its counted ops at the calibrated
+    per-op cost plus its memory traffic, times the calibration's error (None for a model not counted)."""
+    from interp.studies.gpu_estimate import load_calibration
+
+    cal = load_calibration() if cal is None else cal
+    ops = GPU_COUNTS["ops_per_step"].get(spec)
+    if ops is None:
+        return None
+    fit = ops * cal["us_per_op"] * 1e-6 + trainable * 4 * GPU_COUNTS["touches_per_param"] / (cal["gb_per_s"] * 1e9)
+    return [fit * e for e in cal["error"]]
 
 
-def timing(b: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+def timing(b: dict[str, Any], out: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measured seconds per fine-tuning step per model (from the stored units), and the paper budget's
     time per model at that rate on this CPU and (an estimate) on one GPU."""
-    res: dict[str, Any] = {"gpu_assumed": GPU_ASSUMED, "paper_steps_per_model": sum(_unit_steps(BUDGETS["paper"]).values())
-                           * len(BUDGETS["paper"]["seeds"]), "models": {}}
+    res: dict[str, Any] = {"paper_steps_per_model": sum(_unit_steps(BUDGETS["paper"]).values()) * len(BUDGETS["paper"]["seeds"]),
+                           "models": {}}
     for spec, m in out["models"].items():
         secs = steps = 0
         for u in m["seeds"].values():
@@ -371,10 +383,34 @@ def timing(b: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
         trainable = sum(u["hops"].get("trainable", 0) for u in m["seeds"].values()) // max(1, len(m["seeds"]))
         row = {"s_per_step": per_step, "steps": steps, "paper_cpu_h": per_step * res["paper_steps_per_model"] / 3600}
         if trainable:
-            row.update(trainable=trainable, gpu_s_per_step_estimate=gpu_estimate(trainable),
-                       paper_gpu_min_estimate=gpu_estimate(trainable) * res["paper_steps_per_model"] / 60)
+            row["trainable"] = trainable
         res["models"][spec] = row
+    return _gpu_timing(res, cal)
+
+
+def _gpu_timing(res: dict[str, Any], cal: dict[str, Any] | None) -> dict[str, Any]:
+    """The `timing` block with its GPU part (re-)derived from the counts and the calibration."""
+    from interp.studies.gpu_estimate import load_calibration, summary
+
+    cal = load_calibration() if cal is None else cal
+    res = {k: v for k, v in res.items() if k != "gpu_assumed"}
+    res.update(gpu_counts=GPU_COUNTS, calibration=summary(cal))
+    for spec, row in res["models"].items():
+        for k in ("gpu_s_per_step_estimate", "paper_gpu_min_estimate"):
+            row.pop(k, None)
+        step = gpu_estimate(spec, row["trainable"], cal) if row.get("trainable") else None
+        if step is not None:
+            row.update(gpu_s_per_step_estimate=step, paper_gpu_min_estimate=[s * res["paper_steps_per_model"] / 60 for s in step])
     return res
+
+
+def recalibrate_gpu(result: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`result` with its `timing` block's GPU part re-derived under the GPU calibration; nothing else changes."""
+    import copy
+
+    out = copy.deepcopy(result)
+    out["timing"] = _gpu_timing(out["timing"], cal)
+    return out
 
 
 def demo_section(workdir: Path) -> list:

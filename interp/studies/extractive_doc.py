@@ -48,11 +48,16 @@ def _run(r: Render, d: dict) -> str:
                 f"{r.int(base + '/steps')} steps of this budget's fine-tunes, as stored), so the `paper` budget's {r.int('/timing/paper_steps_per_model')} "
                 f"steps per model take about {r.num(base + '/paper_cpu_h')} h on this CPU.")
         if "gpu_s_per_step_estimate" in row:
-            line += (f" *GPU, an estimate (no GPU was lent to this session):* {r.int(base + '/trainable')} trainable floats "
-                     f"touched {r.int('/timing/gpu_assumed/touches_per_param')} times a step at "
-                     f"{r.int('/timing/gpu_assumed/gb_per_s')} GB/s plus {r.int('/timing/gpu_assumed/launches')} launches "
-                     f"of {r.int('/timing/gpu_assumed/launch_us')} µs give {r.num(base + '/gpu_s_per_step_estimate')} s a step, "
-                     f"about {r.num(base + '/paper_gpu_min_estimate')} min for the `paper` budget's fine-tunes of this model "
+            from interp.studies.gpu_estimate import calibration_words
+
+            line += (f" *GPU, an estimate (no GPU was lent to this session):* "
+                     f"{r.int(pointer('timing', 'gpu_counts', 'ops_per_step', spec))} torch ops a step (counted here: forward, "
+                     f"backward and Adam, which on this CPU updates each parameter with its own ops, so the count errs high) at "
+                     f"{calibration_words(lambda *k: r.num(pointer('timing', 'calibration', *k)), t['calibration'])}, plus "
+                     f"{r.int(base + '/trainable')} trainable floats touched {r.int('/timing/gpu_counts/touches_per_param')} times "
+                     f"a step at {r.num('/timing/calibration/gb_per_s')} GB/s, give {r.num(base + '/gpu_s_per_step_estimate/0')}–"
+                     f"{r.num(base + '/gpu_s_per_step_estimate/1')} s a step, about {r.num(base + '/paper_gpu_min_estimate/0')}–"
+                     f"{r.num(base + '/paper_gpu_min_estimate/1')} min for the `paper` budget's fine-tunes of this model "
                      "(extractive scores and evaluation not counted).")
         lines.append(line)
     partial = {spec: m.get("incomplete_seeds") for spec, m in d["models"].items() if m.get("incomplete_seeds")}

@@ -38,13 +38,13 @@ from interp.masking import HeadMask
 from interp.results import Heading, stack
 from interp.masking.controls import distinct, matched_random
 from interp.model import ZOO_DIR, build_tiny, describe, load
-from interp.studies.heuristic_core_cost import cost
+from interp.studies.heuristic_core_cost import cost, recalibrate_gpu
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import judge
 from interp.tasks import bpe, english
 from interp.tasks.base import SPECIALS
 
-__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "official", "plan", "repro",
+__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "official", "plan", "recalibrate_gpu", "repro",
            "spread", "summarize", "sva_tasks", "timing", "verdicts"]
 
 STUDY = "heuristic-core"

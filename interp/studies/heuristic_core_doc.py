@@ -100,20 +100,30 @@ def _timing(r: Render, data: dict[str, Any]) -> str:
         cells = [r.int(pointer("timing", "per_model", spec, "seed_steps")),
                  "—" if rate is None else r.num(pointer("models", spec, "seconds_per_seed_step")),
                  "—" if row["cpu_hours"] is None else r.num(pointer("timing", "per_model", spec, "cpu_hours")),
-                 "—" if row["gpu_hours_estimate"] is None else r.num(pointer("timing", "per_model", spec, "gpu_hours_estimate"))]
+                 "—" if row["gpu_hours_estimate"] is None else
+                 f"{r.num(pointer('timing', 'per_model', spec, 'gpu_hours_range', 0))}–{r.num(pointer('timing', 'per_model', spec, 'gpu_hours_range', 1))}"
+                 if "gpu_hours_range" in row else r.num(pointer("timing", "per_model", spec, "gpu_hours_estimate"))]
         out.append(f"| `{spec}` | " + " | ".join(cells) + " |")
-    if t["host_step_s"] is not None:
+    from interp.studies.gpu_estimate import bound_words, calibration_words
+
+    if t.get("host_step_ops") is not None:
+        out.append(f"\nThe GPU column is an estimate, not a measurement: a step of these 4-layer models on a GPU is bound by "
+                   f"its host-side work (Python, hooks, optimizer, launches): {r.int('/timing/host_step_ops/ops')} torch ops a "
+                   f"step on one row (counted here on `{t['host_step_ops']['model']}`) at "
+                   f"{calibration_words(lambda *k: r.num(pointer('timing', 'calibration', *k)), t['calibration'])}, times the "
+                   f"steps of each batched group of seeds. This CPU does the same step in {r.num('/timing/host_step_s')} s.")
+    elif t["host_step_s"] is not None:
         out.append(f"\nThe GPU column is an estimate, not a measurement: a step of these 4-layer models on a GPU is bound by "
                    f"its host-side work (Python, hooks, optimizer, launches), measured here as {r.num('/timing/host_step_s')} s "
                    "a step on one row, times the steps of each batched group of seeds.")
-    from interp.studies.gpu_estimate import bound_words
 
     for spec in t.get("profiles", {}):
         q = lambda *k: r.num(pointer("timing", "profiles", spec, *k))  # noqa: E731
         out.append(f"\n`{spec}` is not host-bound: its GPU hours are its CPU hours scaled by one forward of a batch "
                    f"({r.int(pointer('timing', 'profiles', spec, 'batch'))} rows of {r.int(pointer('timing', 'profiles', spec, 'seq'))} "
-                   f"tokens) timed here, {q('cpu_forward_s')} s, against that forward's GPU bound, {q('gpu_forward_s', 1)} s "
-                   f"({bound_words(lambda *k: q('assumed', *k), launch=(1,))}; `interp.studies.gpu_estimate`).")
+                   f"tokens) timed here, {q('cpu_forward_s')} s, against that forward's GPU bound, {q('gpu_forward_s', 0)}–"
+                   f"{q('gpu_forward_s', 1)} s ({bound_words(lambda *k: q('calibration', *k), t['profiles'][spec]['calibration'])}; "
+                   "`interp.studies.gpu_estimate`).")
     return "\n".join(out)
 
 

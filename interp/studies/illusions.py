@@ -35,7 +35,7 @@ from interp.studies.units import Units, budget as resolve_budget, budget_record,
 from interp.tasks import dyck
 
 __all__ = ["BUDGETS", "DEFAULT_MODELS", "DYCK_SPLITS", "REPRO_KS", "REPRO_RANKS", "claims", "demo_section", "findings",
-           "markdown", "records", "repro", "write_doc"]
+           "markdown", "recalibrate_gpu", "records", "repro", "write_doc"]
 
 DEFAULT_MODELS = ("zoo:dyck",)
 
@@ -247,14 +247,11 @@ def _check(budget: dict[str, Any], models, overrides) -> None:
         raise InterpError(f"budget {budget}: ranks, ks, fit, rows, boot and steps must be >= 1 and seeds >= 0")
 
 
-LAUNCH_US = (5.0, 10.0)  # assumed GPU cost of one torch op (kernel launch + Python), for the estimate only
-
-
 def step_profile(steps: int = 10) -> dict[str, Any]:
     """One training step of the dyck recipe (AdamW, batch 64, cross-entropy at every closing bracket)
     timed on this machine, and its torch ops counted with the profiler; from those, a GPU estimate
-    per seed assuming a model this small is bound by op launches (LAUNCH_US each). An estimate, not a
-    GPU measurement."""
+    per seed assuming a model this small is bound by its ops, each at the calibrated per-op host cost
+    (interp.studies.gpu_estimate). An estimate, not a GPU measurement."""
     import torch
     import torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile
@@ -291,10 +288,29 @@ def step_profile(steps: int = 10) -> dict[str, Any]:
     cpu_s = (time.perf_counter() - start) / steps
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
-    leaves = leaf_ops(prof)
-    per_seed = [leaves * us * 1e-6 * recipe.steps for us in LAUNCH_US]
-    return {"ops_per_step": leaves, "cpu_s_per_step": cpu_s, "cpu_s_per_seed": cpu_s * recipe.steps,
-            "launch_us_assumed": list(LAUNCH_US), "gpu_estimate_s_per_seed": per_seed, "steps_per_seed": recipe.steps}
+    return step_estimate({"ops_per_step": leaf_ops(prof), "cpu_s_per_step": cpu_s, "cpu_s_per_seed": cpu_s * recipe.steps,
+                          "steps_per_seed": recipe.steps})
+
+
+def step_estimate(profile: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A step profile (its counted ops, as stored) with the GPU estimate per seed: ops x the calibrated
+    per-op host cost x steps, as the range the calibration's error gives; nothing is re-timed."""
+    from interp.studies.gpu_estimate import load_calibration, summary
+
+    cal = load_calibration() if cal is None else cal
+    kept = {k: v for k, v in profile.items() if k not in ("launch_us_assumed", "calibration", "gpu_estimate_s_per_seed")}
+    fit = profile["ops_per_step"] * cal["us_per_op"] * 1e-6 * profile["steps_per_seed"]
+    return {**kept, "calibration": summary(cal), "gpu_estimate_s_per_seed": [fit * e for e in cal["error"]]}
+
+
+def recalibrate_gpu(result: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`result` with its step profile's GPU estimate re-derived under the GPU calibration."""
+    import copy
+
+    out = copy.deepcopy(result)
+    if out["provenance"].get("step_profile") is not None:
+        out["provenance"]["step_profile"] = step_estimate(out["provenance"]["step_profile"], cal)
+    return out
 
 
 def paper_fraction(budget: dict[str, Any], n_models: int) -> float:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.studies.docs import Render, pointer, write
+from interp.studies.gpu_estimate import calibration_words
 
 __all__ = ["regions", "write_doc"]
 
@@ -69,10 +70,13 @@ def _timing(r: Render, d: dict) -> str:
         f"One training step of the recipe took {r.num(p + '/cpu_s_per_step')} s on this machine while the run was "
         f"going ({r.num(p + '/cpu_s_per_seed')} s for the {r.int(p + '/steps_per_seed')} steps of a seed at that rate) and "
         f"issues {r.int(p + '/ops_per_step')} torch operations (torch profiler). *GPU: an estimate, not a measurement "
-        f"(no GPU was lent to this session).* A model this small is bound by launching those operations; at "
-        f"{r.num(p + '/launch_us_assumed/0')}–{r.num(p + '/launch_us_assumed/1')} µs each, a seed trains in "
+        f"(no GPU was lent to this session).* A model this small is bound by the host-side cost of those operations; "
+        f"at {calibration_words(lambda *k: r.num(pointer('provenance', 'step_profile', 'calibration', *k)), d['provenance']['step_profile']['calibration'])}, "
+        "a seed trains in "
         f"{r.num(p + '/gpu_estimate_s_per_seed/0')}–{r.num(p + '/gpu_estimate_s_per_seed/1')} s, and the evaluation "
-        "units are launch-bound in the same way.")
+        "units are bound in the same way (a plain Hugging Face training step may cost less per op than a bridge "
+        "forward, so this likely errs high).")
+
 
 
 def _summary(r: Render, d: dict) -> str:

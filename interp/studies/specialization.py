@@ -44,7 +44,7 @@ from interp.tasks import domains as bpe_domains
 from interp.tasks import multidomain
 from interp.tasks.domains import option_scores
 
-__all__ = ["BUDGETS", "CONTROLS", "demo_section", "matrix_grid", "repro", "write_doc"]
+__all__ = ["BUDGETS", "CONTROLS", "demo_section", "matrix_grid", "recalibrate_gpu", "repro", "write_doc"]
 
 VERSION = 2
 PROBE_TASK = {"arithmetic": "add", "grammar": "sva_pp", "facts": "capital", "code": "operator"}
@@ -333,12 +333,13 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
 # ---------------------------------------------------------------------------------------------
 # what the budget costs: measured on this CPU, estimated on one GPU
 
-# An estimate, not a measurement: a probe check or a test batch is one forward of a ~100M-parameter
-# decoder at 32-200 rows of ~20 tokens, launch-bound on a datacenter GPU (~30 blocks x ~15 kernels at
-# ~10 us each, and ~10 ms of Python around them), plus the weight mask's multiply (read weights and
-# mask, write: ~3 passes at ~2 TB/s).
-GPU_ASSUMED = {"kernels_per_forward": 450, "launch_us": 10, "python_ms": 10, "params": 135e6, "passes": 3,
-               "gb_per_s": 2000, "test_forwards_per_unit": 9}
+# An estimate, not a measurement: a probe check or a test batch is one bridge forward of a ~100M-parameter
+# decoder at 32-200 rows of ~20 tokens, bound on a GPU by the host cost of its torch ops (counted: leaf ops of
+# one forward of each model at batch 20 x 1, as docs/steering_repro.json's gpu_estimate stores them; the
+# count hardly moves with rows), each at the calibrated per-op cost (interp.studies.gpu_estimate), plus the
+# weight mask's multiply (read weights and mask, write: ~3 passes at ~2 TB/s).
+GPU_COUNTS = {"ops_per_forward": {"smollm2-135m": 2136, "gemma3-270m": 2669}, "params": 135e6, "passes": 3,
+              "test_forwards_per_unit": 9}
 
 
 def _kind(config: dict[str, Any]) -> str:
@@ -350,7 +351,7 @@ def estimate(configs: list[dict[str, Any]], timed: list[tuple[dict[str, Any], fl
     """The budget's cost. On this CPU: the stored units' measured seconds, and each missing unit at the
     mean of the stored units of its kind (overlap, full, probe, random_search, magnitude, random_counts;
     None while a kind has no stored unit); `timed`: (config, seconds) of each stored unit. On one GPU, an estimate: every search at the stored searches'
-    mean number of checks, one GPU_ASSUMED forward per check and per test batch."""
+    mean number of checks, one forward per check and per test batch (gpu_estimate)."""
     measured: dict[str, list[float]] = {}
     for c, sec in timed:
         if sec is not None:
@@ -361,17 +362,45 @@ def estimate(configs: list[dict[str, Any]], timed: list[tuple[dict[str, Any], fl
         counts[_kind(c)] = counts.get(_kind(c), 0) + 1
     left = {k: n - len(measured.get(k, [])) for k, n in counts.items() if n > len(measured.get(k, []))}
     never = sorted(k for k in left if k not in mean)
-    a = GPU_ASSUMED
-    forward = (a["kernels_per_forward"] * a["launch_us"] * 1e-6 + a["python_ms"] * 1e-3
-               + a["params"] * 4 * a["passes"] / (a["gb_per_s"] * 1e9))
     per_search = sum(checks.values()) / len(checks) if checks else None
     searches = counts.get("probe", 0) + counts.get("random_search", 0)
-    gpu_s = None if per_search is None else forward * (searches * per_search + len(configs) * a["test_forwards_per_unit"])
-    return {"units": len(configs), "stored": sum(len(v) for v in measured.values()),
-            "stored_cpu_h": sum(map(sum, measured.values())) / 3600, "mean_s_by_kind": mean, "missing_by_kind": left,
-            "remaining_cpu_h": None if never else sum(n * mean[k] for k, n in left.items()) / 3600,
-            "kinds_never_run": never, "gpu_assumed": a, "gpu_forward_s_estimate": forward,
-            "mean_checks_per_search": per_search, "paper_gpu_min_estimate": None if gpu_s is None else gpu_s / 60}
+    forwards = None if per_search is None else round(searches * per_search + len(configs) * GPU_COUNTS["test_forwards_per_unit"])
+    return gpu_estimate({"units": len(configs), "stored": sum(len(v) for v in measured.values()),
+                         "stored_cpu_h": sum(map(sum, measured.values())) / 3600, "mean_s_by_kind": mean, "missing_by_kind": left,
+                         "remaining_cpu_h": None if never else sum(n * mean[k] for k, n in left.items()) / 3600,
+                         "kinds_never_run": never, "mean_checks_per_search": per_search, "gpu_forwards": forwards})
+
+
+def gpu_estimate(est: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The `estimate` block with its GPU part (re-)derived from `gpu_forwards` under the GPU calibration
+    (interp.studies.gpu_estimate.load_calibration): a forward is the models' mean counted ops at the
+    calibrated per-op cost plus the mask's memory passes, given as the range the calibration's error gives."""
+    from interp.studies.gpu_estimate import load_calibration, summary
+
+    cal = load_calibration() if cal is None else cal
+    a = GPU_COUNTS
+    ops = sum(a["ops_per_forward"].values()) / len(a["ops_per_forward"])
+    fit = ops * cal["us_per_op"] * 1e-6 + a["params"] * 4 * a["passes"] / (cal["gb_per_s"] * 1e9)
+    forward = [fit * e for e in cal["error"]]
+    kept = {k: v for k, v in est.items() if k not in ("gpu_assumed", "gpu_forward_s_estimate", "paper_gpu_min_estimate")}
+    n = est.get("gpu_forwards")
+    return {**kept, "gpu_counts": {**a, "ops_mean": ops}, "calibration": summary(cal), "gpu_forward_s_estimate": forward,
+            "paper_gpu_min_estimate": None if n is None else [f * n / 60 for f in forward]}
+
+
+def recalibrate_gpu(result: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`result` with its `estimate` block's GPU part re-derived under the GPU calibration; nothing else
+    changes. A JSON from before the calibration gives its forward count as its minutes over its forward."""
+    import copy
+
+    out = copy.deepcopy(result)
+    e = out.get("estimate")
+    if e is None:
+        return out
+    if "gpu_forwards" not in e and e.get("paper_gpu_min_estimate") is not None:
+        e["gpu_forwards"] = round(e["paper_gpu_min_estimate"] * 60 / e["gpu_forward_s_estimate"])
+    out["estimate"] = gpu_estimate(e, cal)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,11 +46,7 @@ def _cost(r: Render, result: dict) -> list[str]:
     left = ("the remaining units at the mean time of the stored units of their kind: "
             f"{r.num('/estimate/remaining_cpu_h')} hours more on one core" if e["remaining_cpu_h"] is not None
             else f"no estimate of the rest yet (no unit of kind {', '.join(e['kinds_never_run'])} is stored)")
-    gpu = ("" if e["paper_gpu_min_estimate"] is None else
-           f" On one GPU, an estimate (not measured: each of the budget's searches at the stored ones' mean of "
-           f"{r.num('/estimate/mean_checks_per_search')} checks, each check and test batch one launch-bound forward of "
-           f"{r.num('/estimate/gpu_forward_s_estimate')} s, assumptions in the JSON's `estimate.gpu_assumed`): "
-           f"{r.num('/estimate/paper_gpu_min_estimate')} minutes for the whole budget.")
+    gpu = "" if e["paper_gpu_min_estimate"] is None else _gpu(r, e)
     return ["", f"What this budget costs: the {r.int('/estimate/stored')} stored units of {r.int('/estimate/units')} took "
                 f"{r.num('/estimate/stored_cpu_h')} CPU hours here (one core each, the machine shared); {left}.{gpu}"]
 
@@ -164,3 +160,19 @@ def regions(result: dict) -> dict[str, str]:
                  *_claims23(r, spec, m), ""]
     out["results"] = r.region("\n".join(body).rstrip())
     return out
+
+
+def _gpu(r: Render, e: dict) -> str:
+    """The budget on one GPU: an estimate from counted ops and the calibrated per-op cost."""
+    from interp.studies.gpu_estimate import calibration_words
+
+    ops = " and ".join(f"{r.int(pointer('estimate', 'gpu_counts', 'ops_per_forward', m))} (`{m}`)"
+                       for m in e["gpu_counts"]["ops_per_forward"])
+    return (f" On one GPU, an estimate (not measured): each of the budget's searches at the stored ones' mean of "
+            f"{r.num('/estimate/mean_checks_per_search')} checks, {r.int('/estimate/gpu_forwards')} forwards in all with the test "
+            f"batches, each bound by its torch ops ({ops} counted in one bridge forward, mean "
+            f"{r.num('/estimate/gpu_counts/ops_mean')}) at "
+            f"{calibration_words(lambda *k: r.num(pointer('estimate', 'calibration', *k)), e['calibration'])}, plus the weight "
+            f"mask's {r.int('/estimate/gpu_counts/passes')} passes over the weights at {r.num('/estimate/calibration/gb_per_s')} GB/s: "
+            f"{r.num('/estimate/gpu_forward_s_estimate/0')}–{r.num('/estimate/gpu_forward_s_estimate/1')} s a forward, "
+            f"{r.num('/estimate/paper_gpu_min_estimate/0')}–{r.num('/estimate/paper_gpu_min_estimate/1')} minutes for the whole budget.")

@@ -351,7 +351,8 @@ def _timing(r, result: dict[str, Any], docs: dict[str, "_Doc"], specs: list[str]
         row += [gpu(spec, "cpu_forward_s"), f"{gpu(spec, 'gpu_forward_s', 0)}–{gpu(spec, 'gpu_forward_s', 1)}",
                 f"{gpu(spec, 'paper_seconds_estimate', 0)}–{gpu(spec, 'paper_seconds_estimate', 1)}"]
     first = specs[0]
-    return _table(head, rows) + f"\n\nA step's GPU bound: {bound_words(lambda *k: gpu(first, 'assumed', *k))}."
+    cal = result["provenance"]["gpu_estimate"][first]["calibration"]
+    return _table(head, rows) + f"\n\nA step's GPU bound: {bound_words(lambda *k: gpu(first, 'calibration', *k), cal)}."
 
 
 def _command(b: dict[str, Any], models: list[str], budgets: dict[str, dict[str, Any]], default_models: Sequence[str]) -> str:

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.results import Grid, Heading, result, stack
 from interp.studies import steer_real
-from interp.studies.gpu_estimate import forward_profile, on_gpu
+from interp.studies.gpu_estimate import estimate, forward_profile, on_gpu
 from interp.steering import (
     Axis, Generation, Steer, axis_from_contrast, axis_from_core, curve, generate, last_activations, projection,
     random_axis,
@@ -27,7 +27,7 @@ from interp.tasks import english
 
 __all__ = [
     "Comparison", "compare", "core_axis", "demo_section", "dev_prefixes", "head_number", "judge_continuation",
-    "BUDGETS", "DEFAULT_MODELS", "claim", "doc_regions", "repro", "sva_contrast", "write_doc",
+    "BUDGETS", "DEFAULT_MODELS", "claim", "doc_regions", "recalibrate_gpu", "repro", "sva_contrast", "write_doc",
 ]
 
 
@@ -386,8 +386,7 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
     zoo = m.spec.startswith("zoo:")
     out["paper_seconds_estimate"] = round(m.seconds * _work(BUDGETS["paper"], len(m.layers), zoo) / _work(b, len(m.layers), zoo))
     # one GPU: an estimate from a decode step (one new token for a generation batch), what the units run most
-    prof = forward_profile(m.model, b["gen_batch"], 1)
-    out["gpu"] = {**prof, "paper_seconds_estimate": on_gpu(out["paper_seconds_estimate"], prof)}  # repro moves it to provenance
+    out["gpu"] = _gpu(forward_profile(m.model, b["gen_batch"], 1), out["paper_seconds_estimate"])  # repro moves it to provenance
     step = max(1, len(texts) // 4)
     out["examples"] = [{"prompt": texts[i], "number": numbers[i], **{r: test[r]["completions"][i] for r in
                                                                      ("unsteered", "core", "diff", "random_core_0")}}
@@ -418,6 +417,23 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, total, total, units_run=store.ran)
     # measured on this run (varies run to run), so provenance, not the result
     out["provenance"]["gpu_estimate"] = {spec: v.pop("gpu") for spec, v in out["models"].items()}
+    return out
+
+
+def _gpu(prof: dict[str, Any], paper_seconds: float | int | None) -> dict[str, Any]:
+    """A model's GPU estimate: its decode step's profile and the paper budget's seconds scaled by it."""
+    return {**prof, "paper_seconds_estimate": on_gpu(paper_seconds, prof)}
+
+
+def recalibrate_gpu(result: dict[str, Any], cal: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`result` with its GPU estimate re-derived from the stored decode-step counts and CPU times under
+    the GPU calibration (interp.studies.gpu_estimate.load_calibration); nothing else changes, nothing is re-timed."""
+    import copy
+
+    out = copy.deepcopy(result)
+    for spec, prof in out["provenance"]["gpu_estimate"].items():
+        counted = {k: v for k, v in prof.items() if k != "paper_seconds_estimate"}
+        out["provenance"]["gpu_estimate"][spec] = _gpu(estimate(counted, cal), out["models"][spec]["paper_seconds_estimate"])
     return out
 
 
