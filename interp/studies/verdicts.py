@@ -4,6 +4,10 @@ Every study and the README's study table use these words and only through these 
 never goes further than the numbers beside it:
 
 - "not run": no effect was measured.
+- "no control": what the effect is compared with is not a null that could have produced it (the full
+  model, say, which random units of the same size also fall short of), or a random null with fewer than
+  `MIN_DRAWS` draws or an interval of zero width: such a comparison cannot fail, so it earns no word
+  beyond this one (it may stay in the JSON as description).
 - "forced": the effect cannot be told from a control that the set-up alone produces (a random plane of
   the same dimension, a code size imposed in training): the number says nothing about the model.
 - "not distinguishable from control": the effect cannot be told from an ordinary control.
@@ -28,14 +32,24 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["WORDS", "NOT_RUN", "FORCED", "CONTROL", "NOT_REPRODUCED", "PARTLY", "REPRODUCED",
+__all__ = ["WORDS", "NOT_RUN", "FORCED", "CONTROL", "NOT_REPRODUCED", "PARTLY", "REPRODUCED", "NO_CONTROL", "NULLS",
+           "RANDOM_NULLS", "MIN_DRAWS",
            "verdict", "judge", "rejudge", "dicts_in", "against_all", "combine"]
 
 NOT_RUN, FORCED, CONTROL = "not run", "forced", "not distinguishable from control"
 NOT_REPRODUCED, PARTLY, REPRODUCED = "not reproduced", "partly", "reproduced"
+NO_CONTROL = "no control"
 # worst first: a claim checked against several controls takes the worst word (it must beat them all)
-WORDS = (NOT_RUN, NOT_REPRODUCED, FORCED, CONTROL, PARTLY, REPRODUCED)
+WORDS = (NOT_RUN, NOT_REPRODUCED, NO_CONTROL, FORCED, CONTROL, PARTLY, REPRODUCED)
 CLAIMS = ("greater", "less")
+# what a control may be: the same statistic under a null that could have produced the effect. Random
+# nulls need MIN_DRAWS draws and an interval of non-zero width; "method" is another method the claim
+# itself names ("EAP-IG beats EAP"); "setup" a value the set-up imposes (its verdict is "forced").
+RANDOM_NULLS = ("random units", "random directions", "random subspaces", "random masks", "random circuits",
+                "random scores", "random layers", "shuffled labels", "shuffled rows", "permutation")
+NULLS = RANDOM_NULLS + ("identity map", "method", "setup")
+NOT_NULLS = ("full model",)  # a comparison, not a control: judged "no control"
+MIN_DRAWS = 10
 
 
 def _interval(x: Sequence[float] | None, name: str) -> tuple[float, float] | None:
@@ -50,11 +64,15 @@ def _interval(x: Sequence[float] | None, name: str) -> tuple[float, float] | Non
 def verdict(effect: float | int | None, control: float | int | None, claim: str = "greater", *,
             effect_ci: Sequence[float] | None = None, control_ci: Sequence[float] | None = None,
             diff_ci: Sequence[float] | None = None, tol: float | int = 0.0, paper: float | int | None = None,
-            paper_control: float | int | None = None, min_share: float = 0.5, setup_control: bool = False) -> str:
+            paper_control: float | int | None = None, min_share: float = 0.5, setup_control: bool = False,
+            null: str | None = None, draws: int | None = None) -> str:
     """The verdict word for `effect` against `control` under the paper's `claim` ("greater": the paper says
-    the effect exceeds the control; "less": it is below, e.g. a rank). See the module doc for the rules."""
+    the effect exceeds the control; "less": it is below, e.g. a rank). `null` names what the control is
+    (one of NULLS, or NOT_NULLS), `draws` how many random draws made it. See the module doc for the rules."""
     if claim not in CLAIMS:
         raise InterpError(f"claim must be one of {CLAIMS}, got {claim!r}")
+    if null is not None and null not in NULLS + NOT_NULLS:
+        raise InterpError(f"null {null!r} is not a known control; use one of {NULLS} (or {NOT_NULLS}, judged 'no control')")
     if effect is None or (isinstance(effect, float) and math.isnan(effect)):
         return NOT_RUN
     if control is None:
@@ -63,6 +81,12 @@ def verdict(effect: float | int | None, control: float | int | None, claim: str 
     sign = 1.0 if claim == "greater" else -1.0
     d_ci, e_ci, c_ci = (_interval(diff_ci, "diff_ci"), _interval(effect_ci, "effect_ci"),
                         _interval(control_ci, "control_ci"))
+    if null in NOT_NULLS:
+        return NO_CONTROL
+    if null in RANDOM_NULLS:
+        spread = d_ci if d_ci is not None else c_ci
+        if draws is None or draws < MIN_DRAWS or spread is None or spread[1] - spread[0] <= 0:
+            return NO_CONTROL  # a random null needs enough draws and an interval that shows their spread
     if d_ci is not None:
         apart = d_ci[0] > 0 or d_ci[1] < 0
     elif e_ci is not None or c_ci is not None:
@@ -83,12 +107,14 @@ def verdict(effect: float | int | None, control: float | int | None, claim: str 
     return REPRODUCED
 
 
-def judge(claim_text: str, effect: float | int | None, control: float | int | None, claim: str = "greater",
-          **rule: Any) -> dict:
-    """verdict(...) with its inputs, as the dict a study stores in its JSON (`rejudge` recomputes it)."""
+def judge(claim_text: str, effect: float | int | None, control: float | int | None, claim: str = "greater", *,
+          claim_id: str | None = None, **rule: Any) -> dict:
+    """verdict(...) with its inputs, as the dict a study stores in its JSON (`rejudge` recomputes it);
+    `claim_id` names the paper's claim it judges (`interp.studies.claims`)."""
     word = verdict(effect, control, claim, **rule)
     clean = {k: (list(v) if isinstance(v, tuple) else v) for k, v in rule.items() if v is not None}
-    return {"claim_text": claim_text, "effect": effect, "control": control, "claim": claim, **clean, "word": word}
+    ident = {"claim_id": claim_id} if claim_id is not None else {}
+    return {"claim_text": claim_text, **ident, "effect": effect, "control": control, "claim": claim, **clean, "word": word}
 
 
 def against_all(words: Iterable[str]) -> str:
@@ -118,7 +144,8 @@ def combine(words: Iterable[str]) -> str:
     return against_all(w for w in words if w != NOT_RUN)
 
 
-_RULE_KEYS = ("effect_ci", "control_ci", "diff_ci", "tol", "paper", "paper_control", "min_share", "setup_control")
+_RULE_KEYS = ("effect_ci", "control_ci", "diff_ci", "tol", "paper", "paper_control", "min_share", "setup_control", "null",
+              "draws")
 
 
 def dicts_in(data: Any, path: str = "", *, walk_into: Callable[[dict], bool] = lambda d: True) -> Iterator[tuple[str, dict]]:

@@ -1,0 +1,62 @@
+"""Controls that can fail, by rule, and every paper claim listed (interp.studies.verdicts, .claims)."""
+
+import pytest
+
+from interp.errors import InterpError
+from interp.studies import claims
+from interp.studies import verdicts as v
+
+
+@pytest.mark.parametrize("why, kwargs", [
+    ("the full model is a comparison, not a null", dict(null="full model")),
+    ("random draws that all gave one value", dict(null="random units", draws=500, control_ci=(1.0, 1.0))),
+    ("too few random draws", dict(null="random directions", draws=3, control_ci=(0.1, 0.4))),
+    ("a random null with no interval at all", dict(null="random masks", draws=100)),
+])
+def test_a_planted_control_that_cannot_fail_earns_no_word(why, kwargs):
+    # the effect is far from the control: without the rule each of these would read "reproduced"
+    assert v.verdict(0.9, 0.5, **{k: x for k, x in kwargs.items() if k == "control_ci"}) == v.REPRODUCED
+    assert v.verdict(0.9, 0.5, **kwargs) == v.NO_CONTROL, why
+
+
+def test_a_random_null_with_enough_draws_and_spread_judges_as_before():
+    assert v.verdict(0.9, 0.5, null="random units", draws=100, control_ci=(0.3, 0.7)) == v.REPRODUCED
+    assert v.verdict(0.6, 0.5, null="random units", draws=100, control_ci=(0.3, 0.7)) == v.CONTROL
+    assert v.verdict(0.9, 0.5, null="shuffled labels", draws=20, diff_ci=(0.1, 0.6)) == v.REPRODUCED
+    assert v.verdict(0.9, 0.5, null="method", diff_ci=(0.1, 0.6)) == v.REPRODUCED  # a comparison the claim names
+
+
+def test_nulls_are_named_from_a_fixed_list():
+    with pytest.raises(InterpError, match="not a known control"):
+        v.verdict(0.9, 0.5, null="some baseline")
+    assert v.WORDS.index(v.NO_CONTROL) < v.WORDS.index(v.CONTROL)  # worse than a fair null's "not distinguishable"
+
+
+def test_judge_stores_the_claim_and_the_null_and_rejudge_reads_them():
+    d = v.judge("x beats random units", 0.9, 0.5, claim_id="hc.shared_core", null="random units", draws=4,
+                control_ci=(0.4, 0.6))
+    assert d["word"] == v.NO_CONTROL and d["claim_id"] == "hc.shared_core" and d["null"] == "random units"
+    assert v.rejudge({"a": d}) == []
+    assert v.rejudge({"a": {**d, "draws": 400}}) == ["/a: says 'no control', its numbers give 'reproduced'"]
+
+
+def test_every_paper_claim_is_listed_once_with_a_study_or_what_it_needs():
+    ids = [c.id for c in claims.CLAIMS]
+    assert len(ids) == len(set(ids)) and {c.paper for c in claims.CLAIMS} == set(claims.PAPERS)
+    assert all(c.needs for c in claims.CLAIMS if c.study is None)
+    assert {e["id"] for e in claims.unassigned()} == {c.id for c in claims.CLAIMS if c.study is None}
+
+
+def test_ledger_words_come_from_the_verdicts_that_name_each_claim():
+    data = {"a": v.judge("spread", 0.9, 0.5, claim_id="hc.subnetworks_differ", null="random masks", draws=50,
+                         control_ci=(0.3, 0.6)),
+            "b": {"m1": v.judge("core", 0.9, 0.5, claim_id="hc.shared_core", null="random masks", draws=50, control_ci=(0.3, 0.6)),
+                  "m2": v.judge("core", 0.5, 0.5, claim_id="hc.shared_core", null="random masks", draws=50, control_ci=(0.3, 0.6))}}
+    got = {e["id"]: e for e in claims.ledger("heuristic-core", data)}
+    assert got["hc.subnetworks_differ"]["word"] == v.REPRODUCED
+    assert got["hc.shared_core"]["word"] == v.PARTLY and got["hc.shared_core"]["verdicts"] == ["/b/m1", "/b/m2"]
+    assert got["hc.core_is_heuristic"]["word"] == v.NOT_RUN and got["hc.core_is_heuristic"]["needs"]
+    assert set(got) == {c.id for c in claims.CLAIMS if c.study == "heuristic-core"}
+    with pytest.raises(InterpError, match="no paper makes"):
+        claims.ledger("heuristic-core", {"x": v.judge("?", 1.0, 0.0, claim_id="hc.nonsense")})
+    assert sum(claims.counts(list(got.values())).values()) == len(got)
