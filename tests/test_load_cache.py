@@ -177,8 +177,9 @@ def test_warm_is_a_no_op_without_a_cache_file(tmp_path, cache):
     assert not (cache / "processed").exists()
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "qwen2", "gemma2"])
-def test_lean_processing_equals_transformerlens_own_processing(family, tmp_path, cache):
+@pytest.mark.parametrize("family,dtype", [("llama", None), ("gpt2", None), ("qwen2", None), ("gemma2", None),
+                                          ("llama", torch.bfloat16)])
+def test_lean_processing_equals_transformerlens_own_processing(family, dtype, tmp_path, cache):
     """interp.load hands each weight-processing step its input one tensor at a time
     (load_cache.lean_processing); the weights it gives are exactly TransformerLens's own."""
     from transformer_lens.model_bridge import TransformerBridge
@@ -186,9 +187,9 @@ def test_lean_processing_equals_transformerlens_own_processing(family, tmp_path,
     from interp.model.loading import quiet_loading
 
     folder = interp.build_tiny(family, tmp_path / family, seed=8)
-    ours = interp.load(folder, weights_cache=False)
+    ours = interp.load(folder, weights_cache=False, dtype=dtype)
     with quiet_loading():
-        theirs = TransformerBridge.boot_transformers(str(folder), tokenizer=ours.tokenizer)
+        theirs = TransformerBridge.boot_transformers(str(folder), tokenizer=ours.tokenizer, **({"dtype": dtype} if dtype else {}))
         theirs.enable_compatibility_mode(disable_warnings=True)
     theirs.eval()
     _same(ours, theirs)
