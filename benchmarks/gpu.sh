@@ -34,7 +34,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 PY="$BASE"
 if [ -n "$VENV" ]; then
   test -x "$VENV/bin/python" || "$BASE" -m venv --system-site-packages "$VENV" || "$BASE" -m venv --system-site-packages --without-pip "$VENV"
-  PY="$VENV/bin/python"
+  if "$VENV/bin/python" -c "import torch, transformers" 2>/dev/null; then PY="$VENV/bin/python"
+  else  # BASE is itself a venv's Python: a venv over it does not see its packages
+    echo "the venv does not see $BASE's torch/transformers: installing into $BASE's own environment"
+    export PIP_BREAK_SYSTEM_PACKAGES=1
+  fi
 fi
 if "$PY" -m pip --version >/dev/null 2>&1; then PIP=("$PY" -m pip); else PIP=("$BASE" -m pip --python "$PY"); fi
 PIP+=(--disable-pip-version-check -q install --no-index --find-links "$PACK/wheels")
