@@ -89,7 +89,8 @@ _DEPTH = [0]  # calls of `records_peak` functions in progress: only the outermos
 
 def _device_of(first: Any) -> torch.device:
     if isinstance(first, torch.nn.Module):
-        return next(first.parameters()).device
+        p = next(first.parameters(), None)
+        return p.device if p is not None else torch.device(getattr(getattr(first, "cfg", None), "device", None) or "cpu")
     return first.device if isinstance(first, torch.Tensor) else torch.device("cpu")
 
 

@@ -42,7 +42,8 @@ def native_agrees(model) -> bool:
     differ by more than float32's 1e-3); checked once per model and dtype on a short sequence.
     Not always so: TL 4.3 folds GPT-2's layer norms into weights its own attention reads, so
     GPT-2's HF blocks alone are a different model."""
-    dtype = next(model.parameters()).dtype
+    p = next(model.parameters(), None)  # none while a weight edit has swapped them out
+    dtype = p.dtype if p is not None else model.cfg.dtype
     seen = _AGREES.setdefault(model, {})
     if dtype not in seen:
         from interp.native import unwrapped

@@ -166,8 +166,10 @@ def observe(model, names: Sequence[str], see: Callable[[str, Tensor], None], *, 
 
 def input_device(model) -> torch.device:
     """Where the model reads its input: its embedding's device (the first block's under a
-    device_map); every entry point moves tokens there, wherever the caller keeps them."""
-    return next(model.parameters()).device
+    device_map); every entry point moves tokens there, wherever the caller keeps them. While a
+    weight edit has swapped the parameters out (none are registered), the config's device."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device(model.cfg.device)
 
 
 def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
