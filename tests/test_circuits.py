@@ -323,6 +323,8 @@ def test_bad_tasks_and_models(llama_ioi, tiny_models):
     t = Task("t", "x", toks, toks.flip(0), torch.tensor([5, 6]), torch.tensor([6, 5]), torch.tensor([3, 3]), ("", ""))
     with pytest.raises(InterpError, match="circuits were asked of a .* use a decoder") as err:
         eap(bert, t, progress=False)
+    with pytest.raises(InterpError, match="circuits were asked of a .* use a decoder"):
+        exact(bert, t, [("embed", "logits")], progress=False)
     assert len(str(err.value)) < 300  # leads with what the user did and what to do, not TL internals
     assert not bert.cfg.use_split_qkv_input
 
@@ -422,3 +424,72 @@ def test_a_real_model_is_named_not_by_its_cache_folders_sha256(tmp_path):
               {"n_layers": 1, "n_heads": 1, "n_kv_heads": 1, "method": "eap", "model": model_label(model)})
     assert "other-model.Q8_0" in repr(g) and "abab" not in repr(g)
     assert "other-model.Q8_0" in view(g).heading()
+
+
+# ---- memory: chunks change nothing; bf16 is judged at bf16's rounding ---------------------------
+
+
+def test_memory_knobs_change_nothing_and_peak_is_recorded(llama_ioi):
+    model, task = llama_ioi
+    for method in (lambda **kw: eap(model, task, progress=False, **kw),
+                   lambda **kw: eap_ig(model, task, steps=3, progress=False, **kw)):
+        big = method()
+        small = method(batch_size=3, pos_chunk=2)  # 3 forwards over 8 examples, 2 positions per product
+        torch.testing.assert_close(small.scores, big.scores, rtol=1e-5, atol=1e-6 * float(big.scores.abs().max()))
+        for g in (big, small):
+            seen = g.meta["peak_memory"]
+            assert seen["device"] == "cpu" and seen["bytes"] > 0 and seen["what"]
+        assert small.meta["pos_chunk"] == 2 and small.meta["batch_size"] == 3
+        assert big.meta["pos_chunk"] >= task.clean.shape[1]  # the default: one chunk for short prompts
+    with pytest.raises(InterpError, match="pos_chunk=0 must be an int >= 1"):
+        eap(model, task, pos_chunk=0, progress=False)
+    x = exact(model, task, [("embed", "logits")], progress=False)
+    assert x.meta["peak_memory"]["bytes"] > 0
+
+
+@pytest.fixture(scope="module")
+def smol_widths_bf16(tmp_path_factory):
+    """A 2-layer random-weight LLaMA of SmolLM2-135M's widths (576 wide, 9 heads, 3 KV heads,
+    MLP 1536), in bf16, and a name-swap task over its word tokenizer."""
+    path = interp.build_tiny("llama", tmp_path_factory.mktemp("smol-widths") / "m", d_model=576, n_layers=2,
+                             n_heads=9, n_kv_heads=3, d_mlp=1536, seed=0)
+    tok = word_tokenizer(DEFAULT_WORDS)
+    ids = lambda text: tok(text)["input_ids"]
+    clean = torch.tensor([ids("mary the cat sees the dog"), ids("a mary dog is the cat")])
+    corrupt = torch.tensor([ids("john the cat sees the dog"), ids("a john dog is the cat")])
+    mary, john = tok.convert_tokens_to_ids(["mary", "john"])
+    task = Task("names", "x", clean, corrupt, torch.full((2,), mary), torch.full((2,), john),
+                torch.full((2,), clean.shape[1] - 1), ("",) * 2)
+    return str(path), task
+
+
+def test_bf16_eap_ig_passes_the_additivity_check_at_bf16_rounding(smol_widths_bf16):
+    # was refused ("blocks do not add up per edge ... off by 0.0042"): a float32 tolerance on bf16 sums
+    path, task = smol_widths_bf16
+    model = interp.load(path, dtype=torch.bfloat16)
+    g = eap_ig(model, task, steps=3, progress=False)
+    assert torch.isfinite(g.scores).all() and g.meta["peak_memory"]["bytes"] > 0
+    ref = eap_ig(interp.load(path), task, steps=3, progress=False)  # the same weights in float32
+    cos = torch.nn.functional.cosine_similarity(g.scores.double(), ref.scores.double(), dim=0)
+    assert cos > 0.99  # measured 0.99994
+    # a block that does not add up is still refused in bf16 (off by far more than bf16's rounding)
+    from interp.circuits.wiring import Wiring
+
+    w = Wiring(model)
+    with split_inputs(model):
+        _, acts = interp.run.cache(model, task.clean, [*w.check_hooks, *w.split_check_hooks])
+    w.check_additive(model, acts)
+    L = w.n_layers - 1
+    for hook, factor in ((f"blocks.{L}.hook_resid_mid", 1.5), (f"blocks.{L}.attn.hook_v", 1.2)):
+        broken = {**acts, hook: acts[hook] * factor}
+        with pytest.raises(InterpError, match="do not add up per edge"):
+            w.check_additive(model, broken)
+
+
+def test_bf16_post_ln_encoder_is_still_refused(tiny_dirs):
+    bert = interp.load(tiny_dirs["bert"], dtype=torch.bfloat16)  # its blocks add up to 0.015: within bf16's 0.031
+    toks = torch.tensor([[2, 5, 6, 7], [2, 6, 5, 7]])
+    t = Task("t", "x", toks, toks.flip(0), torch.tensor([5, 6]), torch.tensor([6, 5]), torch.tensor([3, 3]), ("", ""))
+    for method in (eap, eap_ig):
+        with pytest.raises(InterpError, match="circuits were asked of a .* use a decoder"):
+            method(bert, t, progress=False)

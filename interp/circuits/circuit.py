@@ -260,7 +260,7 @@ class Runner:
         self.metric = for_task(self.task)
         w = self.wiring
         with split_inputs(model):
-            clean_logits, clean_acts = run.cache(model, self.task.clean, w.check_hooks, answer_pos=self.task.answer_pos)
+            clean_logits, clean_acts = run.cache(model, self.task.clean, [*w.check_hooks, *w.split_check_hooks], answer_pos=self.task.answer_pos)
             w.check_additive(model, clean_acts)
             corrupt_logits, acts = run.cache(model, self.task.corrupt, w.sender_hooks, answer_pos=self.task.answer_pos)
         self.clean = run.scalar(self.metric, clean_logits, "clean")

@@ -20,6 +20,7 @@ from interp.circuits.eap import edge_index, model_label, task_baselines
 from interp.circuits.graph import CONVENTION, Graph
 from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
+from interp.memory import peak
 from interp.metrics import for_task
 from interp.tasks.base import Task
 
@@ -88,23 +89,30 @@ def exact(model, task: Task, edges: Graph | Sequence[tuple[str, str]] | None = N
     task = task.to(device)
     metric = for_task(task)
     t0 = time.perf_counter()
-    with split_inputs(model):
-        clean_logits, clean_acts = run.cache(model, task.clean, [*wiring.sender_hooks, *wiring.check_hooks],
-                                             answer_pos=task.answer_pos)
+    with peak(device) as seen, split_inputs(model):
+        clean_logits, clean_acts = run.cache(model, task.clean, [*wiring.sender_hooks, *wiring.check_hooks,
+                                                                 *wiring.split_check_hooks], answer_pos=task.answer_pos)
         wiring.check_additive(model, clean_acts)
         corrupt_logits, corrupt_acts = run.cache(model, task.corrupt, wiring.sender_hooks, answer_pos=task.answer_pos)
         clean_m, corrupt_m = run.scalar(metric, clean_logits, "clean"), run.scalar(metric, corrupt_logits, "corrupt")
         task_baselines(clean_m, corrupt_m)
-        delta = wiring.sender_outputs(corrupt_acts) - wiring.sender_outputs(clean_acts)  # [b, p, S, d]
+        # [S, b, p, d] in the model's dtype, built sender by sender (no [b, p, S, d] per run);
+        # each edge's AddTo holds a view of its sender's row, so memory is senders x positions
+        deltas = wiring.sender_deltas(corrupt_acts, clean_acts)
+        dtype = clean_acts["blocks.0.hook_resid_pre"].dtype
+        del clean_acts, corrupt_acts
+        delta = wiring.expand(deltas, 0, task.clean.shape[1], dtype=dtype)
+        del deltas
         variants = []
         for s, r in pairs:
             site, slot = wiring.receiver_site(r)
-            variants.append([AddTo(site, delta[:, :, int(s_idx[at[s, r]])], slot)])
+            variants.append([AddTo(site, delta[int(s_idx[at[s, r]])], slot)])
         values = run.evaluate(model, task.clean, variants, metric, answer_pos=task.answer_pos,
                               variants_per_forward=variants_per_forward, progress=progress, desc="exact edges")
     meta = {
         **wiring.meta(), "method": "exact", "steps": 0, "metric": task.metric, "clean_metric": clean_m,
         "corrupt_metric": corrupt_m, "model": model_label(model), "task": task.name, "split": task.split,
         "n_examples": len(task), "convention": CONVENTION, "seconds": time.perf_counter() - t0,
+        "peak_memory": seen.record(),
     }
     return Graph(tuple(s for s, _ in pairs), tuple(r for _, r in pairs), (values - clean_m).float(), meta)
