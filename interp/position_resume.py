@@ -97,11 +97,15 @@ def _agrees(stack: native.Stack, out: Tensor, resid: list[Tensor], bridge: list[
     """Whether the native blocks reproduce the bridge on the base run: every block's input, and the
     logits the metric reads (a guard: a bridge that computes with weights the HF modules do not
     hold, as TL 4.3's GPT-2 does, differs by far more than float rounding)."""
-    rtol = tolerance(out.dtype, 1e-5)  # bf16 kernels of one function differ by far more than 1e-5
+    rtol = tolerance(out.dtype, 1e-5)
 
     def close(a: Tensor, b: Tensor) -> bool:
         return bool((a.float() - b.float()).abs().max() <= rtol * max(1.0, float(b.abs().max())))
 
+    if out.dtype not in (torch.float32, torch.float64):
+        # rounding grows with depth and the paths round differently (run.hf_hooks.native_agrees,
+        # which `applies` required, compared every stage on its own): the first block's output here
+        return len(resid) < 2 or bool((resid[1].float() - bridge[1].float()).norm() <= rtol * bridge[1].float().norm())
     if not all(close(a, b) for a, b in zip(resid, bridge)):
         return False
     if answer_pos is None:
