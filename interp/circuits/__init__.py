@@ -11,6 +11,8 @@ and v inputs, natively on grouped-query models), every MLP and the logits (`grap
 come from edge attribution patching (`eap`), its integrated-gradients form (`eap_ig`) and exact
 edge patching (`exact`); circuits are the top edges or a greedy selection, and their
 faithfulness is measured by running the model with every other edge ablated (`circuit.py`).
+Memory is bounded by `batch_size` (examples per forward + backward) and `pos_chunk` (positions
+per score product) of `eap` / `eap_ig`; every Graph's meta["peak_memory"] says what a run took.
 `scores.py` scores circuits as the MIB benchmark does: CPR (area under the faithfulness curve
 over circuit sizes) and CMD (area between it and 1), for edge rankings and head rankings (a
 learned mask's logits). Lower-level names (`AddTo`, `sender_nodes`, `receiver_nodes`, `prune`,

@@ -143,7 +143,7 @@ def _accumulate(acc: Tensor, model, wiring: Wiring, deltas: list[Tensor], grads:
         received = torch.empty(len(wiring.receivers), *sent.shape[1:], dtype=torch.float32, device=sent.device)
         for layer in range(wiring.n_layers):
             slots = torch.tensor(wiring.attn_slots(layer), device=sent.device)
-            received[slots] = wiring.receiver_grads(model, layer, grads, inputs, start, stop)
+            received[slots] = wiring.receiver_grads(model, layer, grads, inputs, start, stop).to(received.device)
             received[wiring.slots(f"blocks.{layer}.hook_mlp_in")[0]] = grads[f"blocks.{layer}.ln2.hook_in"][:, start:stop]
         received[wiring.slots(last)[0]] = grads[last][:, start:stop]
         acc += (sent.flatten(1) @ received.flatten(1).T) * weight

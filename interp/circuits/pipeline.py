@@ -48,12 +48,14 @@ def task_for(model, name: str = "ioi", *, n: int = 64, seed: int = 0, split: str
     return tasks.make(name, split=split or ("mixed" if name == "ioi" else "none"), n=n, seed=seed, model=model)
 
 
-def scores(model, task: Task, method: str, *, steps: int = 5, progress: bool = True) -> Graph:
-    """Edge scores by `method`: "eap", "eap-ig" (`steps` interpolations) or "exact" (every edge)."""
+def scores(model, task: Task, method: str, *, steps: int = 5, batch_size: int = 32, pos_chunk: int | None = None,
+           progress: bool = True) -> Graph:
+    """Edge scores by `method`: "eap", "eap-ig" (`steps` interpolations) or "exact" (every edge);
+    `batch_size` and `pos_chunk` bound EAP's memory (see `interp.circuits.eap`)."""
     if method == "eap":
-        return eap(model, task, progress=progress)
+        return eap(model, task, batch_size=batch_size, pos_chunk=pos_chunk, progress=progress)
     if method == "eap-ig":
-        return eap_ig(model, task, steps=steps, progress=progress)
+        return eap_ig(model, task, steps=steps, batch_size=batch_size, pos_chunk=pos_chunk, progress=progress)
     if method == "exact":
         return exact(model, task, progress=progress)
     raise InterpError(f"method={method!r} must be one of {', '.join(METHODS)}")
