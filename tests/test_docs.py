@@ -312,3 +312,24 @@ def test_headline_verdicts_are_the_outermost_words():
     data = {"claims": {"a": {"label": "A", "word": "partly", "per_model": [{"word": "reproduced"}]},
                        "b": {"claim_text": "B", "word": "not run"}}}
     assert bound.headline_verdicts(data) == [("/claims/a", "A", "partly"), ("/claims/b", "B", "not run")]
+
+
+def test_the_readme_counts_every_claim_of_every_paper():
+    """Issue 37: per paper, every headline claim (interp.studies.claims) is counted under one word, the claims
+    no study runs and those a committed JSON does not word included ("not run")."""
+    from interp.studies import claims
+
+    entries = bound.paper_ledger(DOCS)
+    assert sorted(e["id"] for e in entries) == sorted(c.id for c in claims.CLAIMS)
+    table = bound.papers_table(DOCS)
+    for key, title in claims.PAPERS.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| {title} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        total = sum(c.paper == key for c in claims.CLAIMS)
+        assert int(cells[-1]) == total and sum(int(c) for c in cells[:-1]) == total
+    assert all(e["word"] != "not run" or e.get("needs") for e in entries)  # every "not run" says what it needs
+
+
+def test_a_studys_claims_list_is_not_read_as_headline_verdicts():
+    data = {"x": {"label": "X", "word": "partly"}, bound.LEDGER_KEY: [{"id": "hc.shared_core", "word": "partly"}]}
+    assert bound.headline_verdicts(data) == [("/x", "X", "partly")]

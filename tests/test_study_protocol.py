@@ -5,6 +5,7 @@ doc from its committed JSON exactly."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import types
 from pathlib import Path
@@ -73,6 +74,11 @@ def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
     body_start = text.index("-->", start) + 3
     end = text.index("<!-- /gen:", body_start)
     copy.write_text(text[:body_start] + "\nstale\n" + text[end:])
+    commit = json.loads(data.read_text())["provenance"].get("commit")
+    if not commit or commit.endswith("+dirty"):  # made from a dirty tree (before issue 37): refused until rerun clean
+        with pytest.raises(InterpError, match="commit, then rerun the aggregation"):
+            protocol.get(name).write_doc(data, copy)
+        pytest.skip(f"{data.name} was made from a tree with uncommitted changes ({commit}): its doc is refused until rerun")
     assert protocol.get(name).write_doc(data, copy) == copy
     assert copy.read_text() == doc.read_text()
 
@@ -80,9 +86,35 @@ def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
 def test_interp_doc_refills_a_doc_through_the_registry(tmp_path, capsys):
     from interp.cli import main
 
-    copy = tmp_path / "steering.md"
-    copy.write_text((DOCS / "steering.md").read_text().replace("interp repro steering --budget cpu --out", "stale", 1))
-    assert main(["doc", "steering", "--json", str(DOCS / "steering_repro.json"), "--doc", str(copy)]) == 0
-    assert copy.read_text() == (DOCS / "steering.md").read_text() and f"wrote {copy}" in capsys.readouterr().out
-    assert main(["doc", "steering", "--json", str(tmp_path / "none.json"), "--doc", str(copy)]) == 2
-    assert "--json" in capsys.readouterr().err and copy.read_text() == (DOCS / "steering.md").read_text()
+    doc = DOCS / "heuristic_core.md"
+    copy = tmp_path / "heuristic_core.md"
+    text = doc.read_text()
+    start = text.index("<!-- gen:")
+    body_start = text.index("-->", start) + 3
+    copy.write_text(text[:body_start] + "\nstale\n" + text[text.index("<!-- /gen:", body_start):])
+    assert main(["doc", "heuristic-core", "--json", str(DOCS / "heuristic_core_repro.json"), "--doc", str(copy)]) == 0
+    assert copy.read_text() == doc.read_text() and f"wrote {copy}" in capsys.readouterr().out
+    assert main(["doc", "heuristic-core", "--json", str(tmp_path / "none.json"), "--doc", str(copy)]) == 2
+    assert "--json" in capsys.readouterr().err and copy.read_text() == doc.read_text()
+
+
+@pytest.mark.parametrize("commit", ["0123abc+dirty", None, ""])
+def test_the_doc_writer_refuses_a_json_from_a_dirty_tree(tmp_path, commit):
+    import json
+
+    from interp.errors import InterpError
+
+    data = json.loads((DOCS / "heuristic_core_repro.json").read_text())
+    data["provenance"]["commit"] = commit
+    path = tmp_path / "heuristic_core_repro.json"
+    path.write_text(json.dumps(data))
+    copy = tmp_path / "heuristic_core.md"
+    shutil.copy(DOCS / "heuristic_core.md", copy)
+    with pytest.raises(InterpError, match="commit, then rerun the aggregation") as e:
+        protocol.get("heuristic-core").write_doc(path, copy)
+    assert str(path) in str(e.value) and copy.read_text() == (DOCS / "heuristic_core.md").read_text()
+    data["provenance"]["commit"] = "0123abc"
+    data["provenance"]["verdicts"] = {"commit": "4567def+dirty"}  # verdicts redone in a dirty tree: refused too
+    path.write_text(json.dumps(data))
+    with pytest.raises(InterpError, match="verdicts commit"):
+        protocol.get("heuristic-core").write_doc(path, copy)

@@ -419,4 +419,7 @@ def update(doc: str | Path, data: str | Path) -> Path:
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         raise SystemExit("usage: python -m interp.studies.ace_docs DOC.md DATA.json")
+    from interp.studies.protocol import require_clean
+
+    require_clean(json.loads(Path(sys.argv[2]).read_text()), sys.argv[2])
     update(sys.argv[1], sys.argv[2])

@@ -246,7 +246,8 @@ def repro(progress: bool = True, models: list[str] | None = None, budget: str = 
             gap = m["spearman_gap"]
             res["verdicts"][c["model"]] = judge(
                 f"{c['model']}: EAP-IG ranks edges like exact patching better than EAP (Spearman, bootstrap over edges)",
-                m["correlation"]["eap_ig"]["spearman"], m["correlation"]["eap"]["spearman"], "greater", diff_ci=gap["ci"])
+                m["correlation"]["eap_ig"]["spearman"], m["correlation"]["eap"]["spearman"], "greater", diff_ci=gap["ci"],
+                null="method")
             res["mib_verdicts"][c["model"]] = _cpr_verdict(c["model"], m["mib"])
     done, total = store.count(configs)
     full = BUDGETS["paper"]
@@ -296,7 +297,13 @@ def _cpr_verdict(spec: str, mib: dict[str, Any]) -> dict[str, Any]:
     """EAP-IG's CPR against random circuits of the same sizes: their mean, told apart by their range."""
     return judge(f"{spec}: EAP-IG circuits recover more of the task than random circuits of the same sizes (MIB CPR)",
                  mib["series"]["eap-ig"]["cpr"], mib["series"]["random"]["cpr"], "greater",
-                 control_ci=mib["random"]["cpr_range"])
+                 control_ci=mib["random"]["cpr_range"], null="random circuits", draws=_random_draws(mib))
+
+
+def _random_draws(mib: dict[str, Any]) -> int | None:
+    """How many random rankings made the random circuits' CPR (their range is the control interval)."""
+    draws = mib.get("random", {}).get("draws")
+    return draws if isinstance(draws, int) else None
 
 
 def demo_section(workdir: Path) -> list:

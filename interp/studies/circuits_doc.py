@@ -182,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.render or not args.doc or not args.out:
         p.error("pass --render --doc DOC.md --out DATA.json (runs: `interp repro circuits --budget B --out F.json`)")
-    write_doc(Path(args.doc), json.loads(Path(args.out).read_text()))
+    from interp.studies.protocol import require_clean
+
+    data = json.loads(Path(args.out).read_text())
+    require_clean(data, args.out)
+    write_doc(Path(args.doc), data)
     return 0
 
 

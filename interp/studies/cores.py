@@ -158,7 +158,8 @@ def markov_section(progress: bool = True, n: int = 512, *, seeds=(0, 1, 2), oper
         if "max_abs_error" in v:  # any linear code of the state gives the spectrum: random planes are a set-up control
             r = v["controls"]["random"]
             v["verdict"] = judge("the core's operator gives the chain's eigenvalues more accurately than random 3-planes",
-                                 v["max_abs_error"], r["mean"], "less", control_ci=[r["min"], r["max"]], setup_control=True)
+                                 v["max_abs_error"], r["mean"], "less", control_ci=[r["min"], r["max"]], setup_control=True,
+                                 null="random subspaces", draws=r.get("n"))
     words = [v["verdict"]["word"] for v in out["seeds"].values() if "verdict" in v]
     out["verdict"] = against_all(words) if words else NOT_RUN
     return out
@@ -302,11 +303,12 @@ def _real(cfg: dict[str, Any], progress: bool, units) -> dict[str, Any]:
             for row in v["scan"].values():  # sufficiency on the logit difference against the random draws' range
                 c = row["logit_diff"]["core_only"]
                 row["sufficiency_judge"] = judge("keeping only the core keeps more logit difference than random subspaces", c["core"],
-                                                 c["random_mean"], "greater", control_ci=[c["random_min"], c["random_max"]])
+                                                 c["random_mean"], "greater", control_ci=[c["random_min"], c["random_max"]],
+                                                 null="random subspaces", draws=c.get("n_random"))
             if "baselines" in v:
                 b = v["baselines"]
                 v["operator_judge"] = judge("the operator predicts the later core better than the identity map",
-                                            b["operator_r2_heldout"], b["identity_r2"], "greater", tol=0.01)
+                                            b["operator_r2_heldout"], b["identity_r2"], "greater", tol=0.01, null="identity map")
     return out
 
 
@@ -367,18 +369,21 @@ def _headline_words(result: dict[str, Any]) -> None:
 
     if "verdict" in result.get("markov", {}):
         result["markov"].update(label="Markov: the core's operator gives the chain's spectrum better than random 3-planes",
+                                claim_id="ace.markov_spectra",
                                 word=result["markov"]["verdict"])
     if "verdict" in result.get("sva", {}):
         result["sva"].update(label="zoo SVA: the smallest-k layer of the axis is not fixed by the unembedding readout",
+                             claim_id="ace.sva_single_axis",
                              word=result["sva"]["verdict"])
     if "k_verdict" in result.get("ioi", {}):
         k, op = result["ioi"]["k_verdict"], result["ioi"]["operator_verdict"]
         result["ioi"].update(label=f"zoo IOI: k below the name-code size imposed in training ({k}); an operator beyond the identity "
-                                   f"map and random subspaces ({op})", word=combine([k, op]))
+                                   f"map and random subspaces ({op})", claim_id="ace.ioi_two_site_cores", word=combine([k, op]))
     real = result.get("real", {}).get("sva", {})
     if "models" in real:
         words = [row["sufficiency_judge"]["word"] for v in real["models"].values() for row in v["scan"].values()]
         real.update(label="SmolLM2 / Gemma-3 SVA: keeping only the core keeps more logit difference than random subspaces, per layer",
+                    claim_id="ace.real_core_sufficient",
                     word=combine(words))
 
 

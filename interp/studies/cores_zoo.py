@@ -99,14 +99,16 @@ def _layer_test(model, core: Core, test, draws: int) -> dict[str, Any]:
             "validation": validation_dict(grid)}
 
 
-def _layer_judges(test: dict[str, Any]) -> dict[str, Any]:
-    """The layer test's words (binary accuracy against the range of the random draws)."""
+def _layer_judges(test: dict[str, Any], draws: int | None = None) -> dict[str, Any]:
+    """The layer test's words (binary accuracy against the range of `draws` random subspaces; a range of
+    zero width, every draw alike, is no control by interp.studies.verdicts)."""
     out = {}
     for mode, claim, text in (("core_only", "greater", "keeping only the subspace keeps agreement"),
                               ("core_removed", "less", "removing the subspace breaks agreement"),
                               ("core_flipped", "less", "flipping the subspace inverts agreement")):
         c = test["validation"][mode]["binary_accuracy"]
-        out[mode] = judge(text, c["core"], c["random_mean"], claim, control_ci=[c["random_min"], c["random_max"]])
+        out[mode] = judge(text, c["core"], c["random_mean"], claim, control_ci=[c["random_min"], c["random_max"]],
+                          null="random subspaces", draws=c.get("n_random", draws))
     return out
 
 
@@ -167,12 +169,13 @@ def sva_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
     for v in out["families"].values():
         for lv in v["layers"].values():
             for kind in ("core", "axis"):
-                lv[kind]["judges"] = _layer_judges(lv[kind])
+                lv[kind]["judges"] = _layer_judges(lv[kind], draws)
         words = {s: tuple(j["word"] for j in lv["axis"]["judges"].values()) for s, lv in v["layers"].items()}
         v["axis_words_differ_across_layers"] = len(set(words.values())) > 1
         # the readout is a set-up control: at the last layer the metric's gradient is the unembedding difference
         v["readout_judge"] = judge("the chosen layer's axis is not the unembedding readout direction",
-                                   v["layers"][v["site"]]["axis_cos_readout"], 1.0, "less", tol=0.1, setup_control=True)
+                                   v["layers"][v["site"]]["axis_cos_readout"], 1.0, "less", tol=0.1, setup_control=True,
+                                   null="setup")
     prompts = list(english.sva(align_prompts, split="sva_id", seed=2).text)
     sites = {f: v["site"] for f, v in out["families"].items()}
     if len(sites) > 1:
@@ -327,14 +330,14 @@ def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
         r = b["random_subspaces_r2"]
         v["operator_judges"] = {
             "identity": judge("the operator predicts the later core better than the identity map", b["operator_r2_heldout"],
-                              b["identity_r2"], "greater", tol=0.01),
+                              b["identity_r2"], "greater", tol=0.01, null="identity map"),
             "random": judge("the operator between the cores beats the same fit between random subspaces", b["operator_r2_heldout"],
-                            r["mean"], "greater", control_ci=[r["min"], r["max"]]),
-            "shuffled": judge("the operator beats a fit on shuffled rows", b["operator_r2_heldout"], b["shuffled_rows_r2"], "greater", tol=0.01)}
+                            r["mean"], "greater", control_ci=[r["min"], r["max"]], null="random subspaces", draws=r.get("n"))}
+        # the fit on shuffled rows is one draw with no spread: it stays in "baselines" as description, without a word
         v["operator_word"] = against_all(j["word"] for j in v["operator_judges"].values())
         # the imposed code size is a set-up control for k: k within one dimension of it is read off the construction
         v["k_judges"] = [judge(f"held-out k at {site} is below the imposed name-code size", None if h["k"] is None else float(h["k"]), float(v["name_code_dims"]), "less",
-                               tol=1.0, setup_control=True) for site, h in v["heldout_k"].items() if v["name_code_dims"]]
+                               tol=1.0, setup_control=True, null="setup") for site, h in v["heldout_k"].items() if v["name_code_dims"]]
         v["k_word"] = against_all(j["word"] for j in v["k_judges"]) if v["k_judges"] else NOT_RUN
     out["k_verdict"] = against_all(v["k_word"] for v in runs) if runs else NOT_RUN
     out["operator_verdict"] = against_all(v["operator_word"] for v in runs) if runs else NOT_RUN

@@ -36,7 +36,7 @@ from interp.errors import InterpError
 from interp.storage import fill_between
 from interp.studies.verdicts import dicts_in
 
-__all__ = ["Checker", "Render", "check", "get", "headline_verdicts", "keys_of", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
+__all__ = ["Checker", "Render", "check", "get", "headline_verdicts", "keys_of", "paper_ledger", "papers_table", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
            "ALLOWED_BLOCKS"]
 
 # a number not glued to a word or a hyphenated name ("h0", "L3H2", "Gemma-3", "4-layer" are labels),
@@ -300,7 +300,40 @@ def headline_verdicts(data: Any, path: str = "") -> list[tuple[str, str, str]]:
         return isinstance(d.get("word"), str)
 
     return [(where, str(d.get("label") or d.get("claim_text") or where.rsplit("/", 1)[-1]), d["word"])
-            for where, d in dicts_in(data, path, walk_into=lambda d: not has_word(d)) if has_word(d)]
+            for where, d in dicts_in(data, path, walk_into=lambda d: not has_word(d))
+            if has_word(d) and not where.startswith(f"{path}/{LEDGER_KEY}")]
+
+
+LEDGER_KEY = "paper_claims"  # a study JSON's list of its paper's claims (interp.studies.claims.ledger)
+
+
+def study_name(json_name: str) -> str:
+    """The registered study of docs/X_repro.json ("heuristic_core_repro.json" -> "heuristic-core")."""
+    return json_name.replace("_repro.json", "").replace("_", "-")
+
+
+def paper_ledger(docs_dir: str | Path) -> list[dict]:
+    """Every claim of the five papers with its word: from each committed JSON's "paper_claims" list (or,
+    for a JSON made before it had one, claims.ledger on it), and claims.unassigned() for the rest."""
+    from interp.studies.claims import CLAIMS, ledger, unassigned
+
+    by_study: dict[str, list[dict]] = {}
+    for path in sorted(Path(docs_dir).glob("*_repro.json")):
+        name, data = study_name(path.name), json.loads(path.read_text())
+        entries = data.get(LEDGER_KEY)
+        if entries is None:
+            entries = ledger(name, data)
+            for e in entries:
+                if e["word"] == "not run" and e.get("needs", "").startswith("its verdict is not in"):
+                    e["needs"] = f"{path.name} was made before its verdicts named their claims: rerun its aggregation"
+        by_study[name] = entries
+    out = [e for entries in by_study.values() for e in entries] + unassigned()
+    seen = {e["id"] for e in out}
+    for c in CLAIMS:  # a claim whose study has no committed JSON
+        if c.id not in seen:
+            out.append({"id": c.id, "paper": c.paper, "text": c.text, "word": "not run",
+                        "needs": f"no committed JSON of study {c.study!r}"})
+    return out
 
 
 def readme_table(docs_dir: str | Path) -> str:
@@ -317,6 +350,22 @@ def readme_table(docs_dir: str | Path) -> str:
             continue
         claims = "; ".join(f"{label}: **{word}**" for _, label, word in found)
         lines.append(f"| `docs/{doc}` | {claims} | {combine(w for _, _, w in found)} |")
+    return "\n".join(lines + ["", papers_table(docs_dir)])
+
+
+def papers_table(docs_dir: str | Path) -> str:
+    """Per paper, how many of its headline claims (interp.studies.claims, the ones no study runs
+    included) carry each verdict word, from the committed JSONs."""
+    from interp.studies.claims import PAPERS, counts
+    from interp.studies.verdicts import WORDS
+
+    order = list(reversed(WORDS))  # best first: reproduced, partly, ..., not run
+    entries = paper_ledger(docs_dir)
+    lines = ["| paper | " + " | ".join(order) + " | claims |", "|---|" + "---|" * (len(order) + 1)]
+    for key, title in PAPERS.items():
+        mine = [e for e in entries if e["paper"] == key]
+        n = counts(mine)
+        lines.append(f"| {title} | " + " | ".join(str(n[w]) for w in order) + f" | {len(mine)} |")
     return "\n".join(lines)
 
 

@@ -296,17 +296,18 @@ def verdicts(m: dict[str, Any], per: dict[str, dict[str, Any]], model: str = "")
     s = lambda k: m[k + "_per_seed"]  # noqa: E731
     judge_ = lambda text, *a, **k: judge(f"{model}: {text}" if model else text, *a, **k)  # noqa: E731
     first = judge_("fine-tuning on facts lowers the rank of their implications", m["first_impl_after"], m["first_impl_before"],
-                  "less", **_rule(s("first_impl_after"), s("first_impl_before")))
+                  "less", **_rule(s("first_impl_after"), s("first_impl_before")), null="baseline", claim_id="es.first_hop")
     learned = m["second_learned_seeds"] == m["seeds"]
     second = judge_("the same for the second hop (read only when its facts were learned)",
                    m["second_impl_after"] if learned else None, m["second_impl_before"], "less",
-                   **_rule(s("second_impl_after"), s("second_impl_before")))
+                   **_rule(s("second_impl_after"), s("second_impl_before")), null="baseline", claim_id="es.second_hop")
     graft = {"vs_control": judge_("the graft ranks set-2 implications better than the control graft", m["graft"],
-                                 m["graft_control"], "less", **_rule(s("graft"), s("graft_control"))),
+                                 m["graft_control"], "less", **_rule(s("graft"), s("graft_control")), null="baseline"),
              "vs_facts_alone": judge_("the graft ranks them better than the set-2 facts delta alone", m["graft"],
-                                     m["facts2_only"], "less", **_rule(s("graft"), s("facts2_only")))}
+                                     m["facts2_only"], "less", **_rule(s("graft"), s("facts2_only")), null="baseline")}
     graft["word"] = against_all(v["word"] for v in graft.values())
     graft["label"] = f"{model}: grafting, against both controls" if model else "grafting, against both controls"
+    graft["claim_id"] = "es.grafting"
     return {"first_hop": first, "second_hop": second, "second_hop_learned": learned, "grafting": graft}
 
 
@@ -322,7 +323,7 @@ def _ordering_verdict(order: dict[str, Any]) -> dict[str, Any]:
     ff = [x["test_implications"] for x in order["per_seed"]["facts_first"]]
     imp = [x["test_implications"] for x in order["per_seed"]["implications_first"]]
     return judge("facts-first pretraining generalizes better than implications-first", order["facts_first"],
-                 order["implications_first"], "less", **_rule(ff, imp))
+                 order["implications_first"], "less", **_rule(ff, imp), null="baseline", claim_id="es.data_ordering")
 
 
 def _unit_steps(b: dict[str, Any]) -> dict[str, int]:

@@ -231,4 +231,7 @@ def write_doc(doc: str | Path, data: str | Path) -> Path:
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         raise SystemExit("usage: python -m interp.studies.extractive_doc DOC.md DATA.json")
+    from interp.studies.protocol import require_clean
+
+    require_clean(json.loads(Path(sys.argv[2]).read_text()), sys.argv[2])
     write_doc(sys.argv[1], sys.argv[2])

@@ -83,6 +83,11 @@ def _model(r: Render, data: dict[str, Any], spec: str) -> list[str]:
                    f"{r.num(pointer(*mk, 'accuracy', oodk))} | {r.num(pointer(*mk, 'final_kl'))} |")
     out.append("")
     for name, v in m.get("verdicts", {}).items():
+        if "word" not in v:  # description kept beside the verdicts (the full-model comparison): no word
+            continue
+        if "effect" not in v:  # a claim made of the judged ones above it (both at once)
+            out.append(f"- {v['label']}: **{r.text(pointer(*at, 'verdicts', name, 'word'))}**")
+            continue
         vp = (*at, "verdicts", name)
         nums = "" if v["effect"] is None else f" ({r.num(pointer(*vp, 'effect'))} against {r.num(pointer(*vp, 'control'))}" + (
             f", control interval {r.num(pointer(*vp, 'control_ci', 0))}–{r.num(pointer(*vp, 'control_ci', 1))})" if "control_ci" in v else ")")
@@ -154,12 +159,16 @@ def _reading(r: Render, data: dict[str, Any]) -> str:
                f"(p = {r.num(pointer(*sp, 'core', 'p_value'))}): a core larger than chance is **{r.text(pointer(*at, 'verdicts', 'core', 'word'))}**.")
     out.append(f"Kept alone, the core scores {r.num(pointer(*sp, 'core', 'alone', idk))} in distribution"
                + (f" (the nearest-noun heuristic: {r.num(pointer(*at, 'nearest_noun_heuristic', idk))})" if "nearest_noun_heuristic" in m else "")
-               + f" and {r.num(pointer(*sp, 'core', 'alone', oodk))} out of distribution, where the full model scores "
-               f"{r.num(pointer(*at, 'full', oodk))}: a core that fails out of distribution is **{r.text(pointer(*at, 'verdicts', 'core_ood', 'word'))}** "
-               f"against the full model. Random units of the core's own per-layer sizes, kept alone, reach "
+               + f" and {r.num(pointer(*sp, 'core', 'alone', oodk))} out of distribution (the full model scores "
+               f"{r.num(pointer(*at, 'full', oodk))} there: a comparison without a word, since units of the core's size all fall short "
+               f"of it). Random units of the core's own per-layer sizes, kept alone, reach "
                f"{r.num(pointer(*sp, 'core', 'size_matched_alone', idk, 'median'))} in distribution (median; 5th–95th percentile "
                f"{r.num(pointer(*sp, 'core', 'size_matched_alone', idk, 'q05'))}–{r.num(pointer(*sp, 'core', 'size_matched_alone', idk, 'q95'))}), so "
-               f"a core carrying in-distribution behaviour beyond units of its size is **{r.text(pointer(*at, 'verdicts', 'core_id', 'word'))}**. "
+               f"a core carrying in-distribution behaviour beyond units of its size is **{r.text(pointer(*at, 'verdicts', 'core_id', 'word'))}**; "
+               f"out of distribution they reach {r.num(pointer(*sp, 'core', 'size_matched_alone', oodk, 'median'))} "
+               f"({r.num(pointer(*sp, 'core', 'size_matched_alone', oodk, 'q05'))}–{r.num(pointer(*sp, 'core', 'size_matched_alone', oodk, 'q95'))}), "
+               f"so a core that fails out of distribution beyond units of its size is "
+               f"**{r.text(pointer(*at, 'verdicts', 'core_ood', 'word'))}**. "
                f"(The cores of random masks, mostly smaller, reach {r.num(pointer(*sp, 'core', 'random_alone', idk, 'median'))}: "
                f"a weaker control, reported, not judged.)")
     return " ".join(out)

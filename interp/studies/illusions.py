@@ -407,25 +407,28 @@ def claims(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"rules": "interp.studies.verdicts per model; across models the worst word (against_all)",
                            "id_faithful": ID_FAITHFUL}
 
-    def claim(text: str, per: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"claim": text, "per_model": per, "word": against_all(p["word"] for p in per)}
+    def claim(text: str, per: list[dict[str, Any]], claim_id: str) -> dict[str, Any]:
+        return {"claim": text, "claim_id": claim_id, "per_model": per, "word": against_all(p["word"] for p in per)}
 
     out["svd4_faithful_in_distribution"] = claim(
         "rank-4 SVD keeps near-perfect same-prediction in distribution",
         [{"model": m["model"], **judge("rank-4 SVD same-prediction on seen_struct above the near-perfect threshold",
                                        rec(m, "SVD rank 4", "seen_struct")["same_prediction"], ID_FAITHFUL, "greater",
-                                       effect_ci=rec(m, "SVD rank 4", "seen_struct")["same_prediction_ci"])} for m in ms])
+                                       effect_ci=rec(m, "SVD rank 4", "seen_struct")["same_prediction_ci"], null="threshold")}
+         for m in ms], "il.svd_faithful_id")
     out["svd4_deviates_on_structure"] = claim(
         "rank-4 SVD deviates on unseen structures",
         [{"model": m["model"], **judge("rank-4 SVD same-prediction on unseen_struct below seen_struct",
                                        rec(m, "SVD rank 4", "unseen_struct")["same_prediction"],
                                        rec(m, "SVD rank 4", "seen_struct")["same_prediction"], "less",
-                                       diff_ci=rec(m, "SVD rank 4", "unseen_struct")["same_prediction_gap_ci"])} for m in ms])
+                                       diff_ci=rec(m, "SVD rank 4", "unseen_struct")["same_prediction_gap_ci"], null="baseline")}
+         for m in ms], "il.svd_deviates_ood")
     out["onehot_above_original_on_depth"] = claim(
         "one-hot attention slightly outperforms the original on unseen depth",
         [{"model": m["model"], **judge("one-hot accuracy on unseen_depth above the original's",
                                        rec(m, "one-hot", "unseen_depth")["accuracy"], m["original"]["unseen_depth"], "greater",
-                                       diff_ci=rec(m, "one-hot", "unseen_depth")["delta_ci"])} for m in ms])
+                                       diff_ci=rec(m, "one-hot", "unseen_depth")["delta_ci"], null="baseline")} for m in ms],
+        "il.onehot_overestimates_depth")
     out["original_on_structure"] = [{"model": m["model"], "seen_struct": m["original"]["seen_struct"],
                                      "unseen_struct": m["original"]["unseen_struct"]} for m in ms]
     proxies = list(dict.fromkeys(_label(r) for r in ms[0]["simplified"] if r["method"] != "onehot"))

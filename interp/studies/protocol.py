@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "get", "problems"]
+__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "get", "problems", "require_clean"]
 
 # repro's parameters, in order, each with a default (so `repro()` runs the quick budget)
 REPRO_PARAMETERS = ("progress", "models", "budget", "overrides", "units")
@@ -64,15 +64,40 @@ class Entry:
 
     def repro(self, progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
               overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
-        return self.load().repro(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
+        """The study's result, with every claim of its paper listed under "paper_claims" with its word
+        (`interp.studies.claims.ledger`: "not run" and what it needs where no verdict names it)."""
+        from interp.studies.claims import ledger
+        from interp.studies.docs import LEDGER_KEY
+
+        result = self.load().repro(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
+        entries = ledger(self.NAME, result)
+        if entries:
+            result[LEDGER_KEY] = entries
+        return result
 
     def write_doc(self, json_path: str | Path, doc_path: str | Path) -> Path:
-        """Refill the generated regions of the markdown at `doc_path` from the study JSON at `json_path`."""
+        """Refill the generated regions of the markdown at `doc_path` from the study JSON at `json_path`
+        (refused for a JSON made from a tree with uncommitted changes: `require_clean`)."""
         module, _, name = self.doc.partition(":")
         given: dict[str, Any] = {"json": Path(json_path), "doc": Path(doc_path)}
+        data = json.loads(Path(json_path).read_text())
+        require_clean(data, json_path)
         if "result" in self.order:
-            given["result"] = json.loads(Path(json_path).read_text())
+            given["result"] = data
         return Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+
+
+def require_clean(data: dict[str, Any], json_path: str | Path) -> None:
+    """Refuse a study JSON whose provenance commit is unknown or ends in "+dirty" (made from a tree with
+    uncommitted changes, so no commit reproduces it); the same for the commit its verdicts were redone at."""
+    prov = data.get("provenance") if isinstance(data, dict) else None
+    commits = {"provenance commit": prov.get("commit") if isinstance(prov, dict) else None}
+    if isinstance(prov, dict) and isinstance(prov.get("verdicts"), dict):
+        commits["verdicts commit"] = prov["verdicts"].get("commit")
+    for what, commit in commits.items():
+        if not isinstance(commit, str) or not commit or commit.endswith("+dirty"):
+            raise InterpError(f"{json_path}: its {what} is {commit!r}, not a clean commit, so no commit reproduces it; "
+                              "commit, then rerun the aggregation (a clean checkout, e.g. `git worktree add --detach`)")
 
 
 REGISTRY: dict[str, Entry] = {s.NAME: s for s in (

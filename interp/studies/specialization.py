@@ -212,6 +212,12 @@ def _boot(x: torch.Tensor, keys: list[str], draws: int, seed: int = 0) -> list[f
     return [float(means.quantile(0.025)), float(means.quantile(0.975))]
 
 
+def _null(kind: str) -> dict[str, Any]:
+    """What a claim-2 control is (interp.studies.verdicts): the search on random scores is one random draw
+    (one search per domain: no spread of the null, so by the rules no control); magnitude pruning is a method."""
+    return {"null": "random scores", "draws": 1} if kind == "random_search" else {"null": "method"}
+
+
 def _domain_rows(rows: dict[str, list[int]], d: str, keys: dict[str, list[str]]) -> tuple[torch.Tensor, list[str]]:
     names = [n for n in rows if n.startswith(f"{d}/")]
     return (torch.tensor([v for n in names for v in rows[n]], dtype=torch.float64),
@@ -231,13 +237,14 @@ def _model_result(spec: str, res: dict, b: dict) -> dict:
         ov = res.get(("overlap", fmt))
         text = f"within-domain overlap exceeds across-domain ({fmt} prompts) beyond tasks dealt at random"
         if ov is None:
-            claim1[fmt] = judge(text, None, None)
+            claim1[fmt] = judge(text, None, None, null="permutation")
             continue
         out["overlap"][fmt] = ov
         n = ov["null"]
-        claim1[fmt] = judge(text, n["observed"], n["null_mean"], "greater", control_ci=[n["null_mean"], n["null_q95"]])
+        claim1[fmt] = judge(text, n["observed"], n["null_mean"], "greater", control_ci=[n["null_mean"], n["null_q95"]],
+                            null="permutation", draws=n.get("permutations", b["permutations"]))
     claim2 = {d: {"word": "not run"} for d in doms}
-    claim3 = {d: judge(f"{d}: its own subnetwork beats the other domains' subnetworks on it", None, None) for d in doms}
+    claim3 = {d: judge(f"{d}: its own subnetwork beats the other domains' subnetworks on it", None, None, null="baseline") for d in doms}
     full = res.get(("full",))
     if full is not None:
         keys = full["keys"]  # each test row's item: rows of one item are resampled together
@@ -262,17 +269,17 @@ def _model_result(spec: str, res: dict, b: dict) -> dict:
             for kind in ("random_search", "magnitude"):
                 c = ctl.get(kind)
                 if c is None:
-                    per[kind] = judge(f"{d}: probed subnetwork beats {kind}", None, None)
+                    per[kind] = judge(f"{d}: probed subnetwork beats {kind}", None, None, **_null(kind))
                 elif c["sparsity"] < b["sparsity"] - 0.01:  # the search on random scores stopped short: compare
                     # how far each got under the same validation tolerance (the probe's accuracy is held to it too)
                     per[kind] = judge(f"{d}: the probe prunes more than the same search on {kind} at the same tolerance",
-                                      p["sparsity"], c["sparsity"], "greater", tol=0.01)
+                                      p["sparsity"], c["sparsity"], "greater", tol=0.01, **_null(kind))
                     per[kind]["measure"] = "sparsity reached within the tolerance"
                 else:
                     xa, k = _domain_rows(p["rows"], d, keys)
                     xc, _ = _domain_rows(c["rows"], d, keys)
                     per[kind] = judge(f"{d}: probed subnetwork beats {kind} on its domain's test rows",
-                                      float((xa - xc).mean()), 0.0, "greater", diff_ci=_boot(xa - xc, k, draws))
+                                      float((xa - xc).mean()), 0.0, "greater", diff_ci=_boot(xa - xc, k, draws), **_null(kind))
                     per[kind]["measure"] = "test accuracy difference at equal sparsity"
             claim2[d] = {**per, "word": against_all(v["word"] for v in per.values())}
         # claim 3: own subnetwork on d vs the other domains' subnetworks on d (every probe needed)
@@ -281,13 +288,13 @@ def _model_result(spec: str, res: dict, b: dict) -> dict:
                 own, k = _domain_rows(probes[d]["rows"], d, keys)
                 other = torch.stack([_domain_rows(probes[o]["rows"], d, keys)[0] for o in doms if o != d]).mean(0)
                 claim3[d] = judge(claim3[d]["claim_text"], float((own - other).mean()), 0.0, "greater",
-                                  diff_ci=_boot(own - other, k, draws))
+                                  diff_ci=_boot(own - other, k, draws), null="baseline")
     out["claims"] = {
-        "1": {"label": f"{spec}: {PAPER['claims']['1']}", "per_format": claim1,
+        "1": {"label": f"{spec}: {PAPER['claims']['1']}", "claim_id": "gs.task_specific", "per_format": claim1,
               "word": against_all(v["word"] for v in claim1.values())},
-        "2": {"label": f"{spec}: {PAPER['claims']['2']}", "per_domain": claim2,
+        "2": {"label": f"{spec}: {PAPER['claims']['2']}", "claim_id": "gs.probe_keeps_domain", "per_domain": claim2,
               "word": combine(v["word"] for v in claim2.values())},
-        "3": {"label": f"{spec}: {PAPER['claims']['3']}", "per_domain": claim3,
+        "3": {"label": f"{spec}: {PAPER['claims']['3']}", "claim_id": "gs.deteriorates_across", "per_domain": claim3,
               "word": combine(v["word"] for v in claim3.values())},
     }
     return out

@@ -326,7 +326,9 @@ def claim(spec: str, axis: str, flip: float, randoms: list[float], judged: list[
     text = f"{spec}: flipping the {name} inverts verb number beyond random axes of the same norm"
     readable = judged is None or sum(judged) / len(judged) >= JUDGED_MIN
     out = judge(text, flip if readable else None, sum(randoms) / len(randoms), "greater",
-                control_ci=[min(randoms), max(randoms)], paper=PAPER["flip_rate"], paper_control=PAPER["control_flip_rate"])
+                control_ci=[min(randoms), max(randoms)], paper=PAPER["flip_rate"], paper_control=PAPER["control_flip_rate"],
+                null="random directions", draws=len(randoms),
+                claim_id="ace.sva_flip_generation" if axis == "core" else None)
     if not readable:
         out["note"] = f"random pushes of this norm leave continuations the judge cannot read; flip rate {flip!r}"
     return out

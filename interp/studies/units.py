@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 from interp.errors import InterpError
 from interp.sweep import Store
 
-__all__ = ["CHECKPOINT_SUFFIX", "RUN_FIELDS", "Units", "budget", "budget_record", "comparable", "provenance"]
+__all__ = ["CHECKPOINT_SUFFIX", "RUN_FIELDS", "Units", "budget", "budget_record", "commit", "comparable", "provenance"]
 CHECKPOINT_SUFFIX = ".safetensors"  # written with interp.storage.save_state: resuming unpickles nothing
 
 # provenance fields that differ between two runs of the same budget (timing, what this run computed)
@@ -90,7 +90,8 @@ class Units:
         return None if entry is None else entry.get("seconds")
 
     def run(self, config: dict[str, Any], fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        """The stored result of `config` if there is one; else run `fn()`, store its result, return it.
+        """The stored result of `config` if there is one; else run `fn()`, store its result (with its compute
+        seconds and the commit it ran at, "+dirty" for a tree with uncommitted changes), return it.
 
         The result returned is always the stored one read back (tuples become lists), so a run that
         computes a unit and a run that reads it back aggregate exactly the same values."""
@@ -102,7 +103,7 @@ class Units:
         result = fn()
         if not isinstance(result, dict):
             raise InterpError(f"a unit of {self.study!r} must return a dict, got {type(result).__name__} (config {config})")
-        entry = self.store.put(key, config, result, study=self.study, seconds=round(time.time() - start, 2))
+        entry = self.store.put(key, config, result, study=self.study, seconds=round(time.time() - start, 2), commit=commit())
         (self.root / "checkpoints" / f"{key}{CHECKPOINT_SUFFIX}").unlink(missing_ok=True)
         self.ran += 1
         return entry["result"]
@@ -180,6 +181,11 @@ def repro_command(study: str, budget: dict[str, Any], defaults: dict[str, dict[s
               for k, v in values.items() if k != "models" and base.get(k) != v]
     parts += [f"--units {shlex.quote(str(units))}"] * (units is not None) + [f"--out {shlex.quote(str(out))}"]
     return " ".join(parts)
+
+
+def commit() -> str | None:
+    """The commit interp's code is at, "+dirty" when its tracked files differ from it (None outside git)."""
+    return _commit()
 
 
 def _commit() -> str | None:

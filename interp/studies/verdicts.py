@@ -44,10 +44,14 @@ WORDS = (NOT_RUN, NOT_REPRODUCED, NO_CONTROL, FORCED, CONTROL, PARTLY, REPRODUCE
 CLAIMS = ("greater", "less")
 # what a control may be: the same statistic under a null that could have produced the effect. Random
 # nulls need MIN_DRAWS draws and an interval of non-zero width; "method" is another method the claim
-# itself names ("EAP-IG beats EAP"); "setup" a value the set-up imposes (its verdict is "forced").
+# itself names ("EAP-IG beats EAP"); "setup" a value the set-up imposes (its verdict is "forced");
+# "threshold" a level the paper's claim itself states ("near 100 %"); "baseline" the other side of a
+# comparison the claim itself makes, measured the same way (the model before fine-tuning, the other
+# training order, the in-distribution split, a graft without the transferred structure) -- unlike the
+# full model beside a subset, which every subset of that size falls short of.
 RANDOM_NULLS = ("random units", "random directions", "random subspaces", "random masks", "random circuits",
                 "random scores", "random layers", "shuffled labels", "shuffled rows", "permutation")
-NULLS = RANDOM_NULLS + ("identity map", "method", "setup")
+NULLS = RANDOM_NULLS + ("identity map", "method", "setup", "threshold", "baseline")
 NOT_NULLS = ("full model",)  # a comparison, not a control: judged "no control"
 MIN_DRAWS = 10
 
