@@ -17,17 +17,18 @@ receiver's input can be read or changed without touching its neighbours'):
     logits        blocks.{n_layers-1}.hook_resid_post      (what the final norm reads)
 
 A receiver's input is the sum of every upstream sender's output (plus biases): that is what
-makes an edge well defined.
-
-Gradients need no split inputs (which hold a copy of the residual per head and KV group, and
-their norms, in the autograd graph): a head's q input reaches the metric only through its own
-query, q[:, :, H] = ln1(resid_pre) @ W_Q[H] (+ b_Q), so d metric / d (its input) is ln1's
-vector-Jacobian product at resid_pre of d metric / d hook_q[:, :, H] @ W_Q[H]^T, taken per layer
-and per chunk of positions after the backward (`receiver_grads`); likewise k and v per KV group.
-The MLP's input gradient is the one at `ln2.hook_in` (what only the MLP's norm reads). Gemma's norms after attention and MLP sit before the residual add:
+makes an edge well defined. Gemma's norms after attention and MLP sit before the residual add:
 its MLP output hook is after the norm, and a head's write is its share of the normed sum at the
 run's own norm scale (`post_scaled`), so the sum still holds exactly. BERT's post-LN normalises
 the residual stream itself, which no per-edge decomposition survives; `check_additive` refuses it.
+
+Gradients need no split inputs (which keep a copy of the residual per head and KV group, and
+its norm, in the autograd graph): a head's q input reaches the metric only through its own
+query, q[:, :, H] = ln1(resid_pre) @ W_Q[H] (+ b_Q), so d metric / d (its input) is ln1's
+vector-Jacobian product at resid_pre of (d metric / d hook_q[:, :, H]) @ W_Q[H]^T, taken per
+layer and chunk of positions after the backward (`receiver_grads`); likewise k and v per KV
+group. The MLP's input gradient is the one at `ln2.hook_in`, which only the MLP's norm reads.
+`check_additive` checks both identities on every run.
 """
 
 from __future__ import annotations
@@ -35,11 +36,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from interp.tensors import tolerance
-
 from interp.circuits.graph import receiver_nodes, sender_nodes
 from interp.errors import InterpError
 from interp.sites import check_tokens, n_kv_heads
+from interp.tensors import tolerance
 from interp.tasks.base import Task
 from interp.hooks import split_inputs  # the model modes circuits need; switched only in interp.hooks
 
