@@ -128,15 +128,17 @@ def cases() -> list[dict]:
     out = [_case(s, *(m if isinstance(m, tuple) else (m,)), **_sizes(m)) for m in core]
     out += [_case(b, *(m if isinstance(m, tuple) else (m,)), **_sizes(m), timeout=1500) for m in core]
     out += [_case(b, "act_patch", timeout=1800), _case(b, "act_patch", "tl", cells=16)]
-    out += [_case(s, "dict_train", n=4, pos=128), _case(s, "graph", n=1, pos=16),
-            _case(s, "act_patch"), _case(s, "act_patch", "tl"), _case(s, "exact", edges=128)]
+    out += [_case(q, *(m if isinstance(m, tuple) else (m,)), dtype="bfloat16", **_sizes(m), timeout=1500)
+            for m in ("load", "load-cached", "eap", "attribution", "eap_ig")]
+    out += [_case(s, "dict_train", n=4, pos=128), _case(s, "graph", n=1, pos=16)]
     for pos in (128, 256, 512, 1024, 2048):
         out += [_case(s, "eap", n=1, pos=pos), _case(s, "attribution", n=1, pos=pos),
                 _case(s, "attribution", "tl", n=1, pos=pos)]
+    out += [_case(s, "act_patch"), _case(s, "act_patch", "tl"), _case(s, "exact", edges=128)]
     for pos in (128, 512, 2048):
         out += [_case(s, "eap_ig", n=1, pos=pos)]
-    out += [_case(q, *(m if isinstance(m, tuple) else (m,)), dtype="bfloat16", **_sizes(m), timeout=1500) for m in core]
-    out += [_case(b, "exact", edges=128), _case(s, "act_patch", n=1, pos=512)]
+    out += [_case(q, "attribution", "tl", dtype="bfloat16", timeout=1500), _case(b, "exact", edges=128),
+            _case(s, "act_patch", n=1, pos=512)]
     return out
 
 
@@ -312,16 +314,9 @@ def _available() -> int:
     return 0
 
 
-def run_case(case: dict, budget: int) -> dict:
-    """The case in a fresh process, watched: killed past `budget` bytes resident or its timeout."""
-    cmd = [sys.executable, __file__, "--child", json.dumps(case)]
-    if case["method"] == "load-cached":  # the cache written first by a load of its own, not measured
-        import torch
-
-        from interp.load_cache import processed_path
-
-        if not processed_path(model_dir(case["shape"], case["dtype"]), getattr(torch, case["dtype"])).exists():
-            subprocess.run(cmd, capture_output=True, timeout=case["timeout"])
+def _watched(cmd: list[str], case: dict, budget: int) -> tuple[str, str, int, str]:
+    """(stdout, stderr, largest resident size seen, why it was killed or "") of `cmd`, killed past
+    `budget` bytes resident, under 1.5 GiB free on the machine, or past the case's timeout."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0, top, why = time.time(), 0, ""
     while proc.poll() is None:
@@ -338,6 +333,24 @@ def run_case(case: dict, budget: int) -> dict:
             proc.kill()
             break
     out, err = proc.communicate()
+    return out, err, top, why
+
+
+def run_case(case: dict, budget: int) -> dict:
+    """The case in a fresh process, watched (`_watched`)."""
+    cmd = [sys.executable, __file__, "--child", json.dumps(case)]
+    t0 = time.time()
+    if case["method"] == "load-cached":  # the cache written first by a load of its own, not measured
+        import torch
+
+        from interp.load_cache import processed_path
+
+        if not processed_path(model_dir(case["shape"], case["dtype"]), getattr(torch, case["dtype"])).exists():
+            _, _, _, why = _watched(cmd, case, budget)
+            if why:
+                return {**{k: v for k, v in case.items() if k != "timeout"}, "status": f"{why} (writing the cache)"}
+            t0 = time.time()
+    out, err, top, why = _watched(cmd, case, budget)
     wall = round(time.time() - t0, 1)
     row = {k: v for k, v in case.items() if k != "timeout"}
     found = re.findall(r"^RESULT (.*)$", out, re.M)
@@ -348,6 +361,8 @@ def run_case(case: dict, budget: int) -> dict:
         row.update(status=why or f"failed: {' | '.join(tail)[-400:]}", watched_peak=top)
     row.update(wall_s=wall, commit=subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                                                   text=True).stdout.strip(),
+               uncommitted=[ln[3:] for ln in subprocess.run(["git", "status", "--porcelain", "interp"], cwd=HERE.parent,
+                                                              capture_output=True, text=True).stdout.splitlines()],
                load_avg=round(os.getloadavg()[0], 2), date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     return row
 
@@ -421,7 +436,7 @@ def _features(row: dict, shapes: dict) -> list[float]:
     sh = shapes[f"{row['shape']}/{row['dtype']}"]
     _, sizes = SHAPES[row["shape"]]
     n, pos = row["prompts"], row["positions"]
-    return [1.0, sh["weight_bytes"], n * pos * sh["act_bytes_per_token"],
+    return [float(GIB), sh["weight_bytes"], n * pos * sh["act_bytes_per_token"],
             n * pos * pos * sizes["num_hidden_layers"] * sizes["num_attention_heads"] * DTYPE_BYTES[row["dtype"]]]
 
 
@@ -441,7 +456,7 @@ def fit(data: dict) -> dict:
     shapes, out = data["shapes"], {}
     groups: dict[str, list[dict]] = {}
     for r in data["rows"]:
-        if _peak(r) is not None:
+        if _peak(r) is not None and not r.get("variant"):
             groups.setdefault(f"{r['method']}/{r['impl']}", []).append(r)
     for key, rows in groups.items():
         if len(rows) < 4 and not key.startswith("load"):
@@ -501,6 +516,8 @@ def table(data: dict) -> str:
             note = "TransformerLens's weight processing (no cache)"
         if r["method"] == "load-cached" and ok:
             note = "processed weights mapped from interp's cache"
+        if r.get("variant"):
+            note = f"{r['variant']} (commit {r['commit']}): {note}"
         tok = "" if r["method"].startswith("load") else f"{r['prompts']} x {r['positions']}"
         lines.append(f"| {r['shape']} | {r['dtype']} | {r['method']} | {r['impl']} | {tok} | {sh['weight_bytes'] / GIB:.2f} | "
                      f"{_gib(r.get('load_peak'))} | {_gib(r.get('rss_loaded'))} | {_gib(r.get('work_peak'))} | "
