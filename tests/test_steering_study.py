@@ -46,10 +46,12 @@ def test_rates_are_over_all_prompts():
 
 
 @pytest.mark.parametrize("flip, randoms, want", [
-    (0.9, [0.1, 0.2], "reproduced"),
-    (0.3, [0.1, 0.2], "partly"),  # outside every random draw, but under half the paper's margin
-    (0.9, [0.1, 0.95], "not distinguishable from control"),  # a random direction of the same norm flips as often
-    (0.05, [0.1, 0.2], "not reproduced"),  # the flip keeps agreement more often than random pushes do
+    (0.9, [0.1, 0.2] * 5, "reproduced"),
+    (0.3, [0.1, 0.2] * 5, "partly"),  # outside every random draw, but under half the paper's margin
+    (0.9, [0.1, 0.95] * 5, "not distinguishable from control"),  # a random direction of the same norm flips as often
+    (0.05, [0.1, 0.2] * 5, "not reproduced"),  # the flip keeps agreement more often than random pushes do
+    (0.9, [0.1, 0.2], "no control"),  # two random draws: under verdicts.MIN_DRAWS, their range shows no spread
+    (0.9, [0.0] * 20, "no control"),  # twenty draws that all flip nothing: an interval of zero width
 ])
 def test_claim_uses_the_verdict_rules(flip, randoms, want):
     from interp.studies.verdicts import rejudge
@@ -81,7 +83,9 @@ def test_quick_repro_on_a_zoo_model_reports_and_resumes(tmp_path):
     v = out["models"]["zoo:lm-gpt2"]
     assert set(v["dev_verb_flip"]["core"]) == {"2", "3"} and v["layer"]["core"] in (2, 3)
     assert v["runs"]["unsteered"]["judged"] >= 0.8 and v["runs"]["core"]["judged"] >= 0.0
-    assert v["random_core"]["verb_flip"]["n"] == 2 and v["core_verdict"]["word"] in ("reproduced", "not distinguishable from control", "not reproduced")
+    # the quick budget's 2 random draws are under verdicts.MIN_DRAWS: its verdict is "no control" by rule
+    assert v["random_core"]["verb_flip"]["n"] == 2 and v["core_verdict"]["word"] == "no control"
+    assert v["core_verdict"]["null"] == "random directions" and v["core_verdict"]["draws"] == 2
     assert set(v["gap"]["random"]) == {"1", "2"} and v["gap"]["layer"] == 2 and out["budget"]["units_done"] == out["budget"]["units_total"]
     again = study.repro(progress=False, models=["zoo:lm-gpt2"], budget="quick", overrides=over, units=tmp_path)
     assert again["provenance"]["units_run"] == 0  # every unit read back

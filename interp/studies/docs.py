@@ -305,6 +305,7 @@ def headline_verdicts(data: Any, path: str = "") -> list[tuple[str, str, str]]:
 
 
 LEDGER_KEY = "paper_claims"  # a study JSON's list of its paper's claims (interp.studies.claims.ledger)
+STALE = "was made before its verdicts named their claims: rerun its aggregation"
 
 
 def study_name(json_name: str) -> str:
@@ -325,7 +326,7 @@ def paper_ledger(docs_dir: str | Path) -> list[dict]:
             entries = ledger(name, data)
             for e in entries:
                 if e["word"] == "not run" and e.get("needs", "").startswith("its verdict is not in"):
-                    e["needs"] = f"{path.name} was made before its verdicts named their claims: rerun its aggregation"
+                    e["needs"] = f"{path.name} {STALE}"
         by_study[name] = entries
     out = [e for entries in by_study.values() for e in entries] + unassigned()
     seen = {e["id"] for e in out}
@@ -366,6 +367,14 @@ def papers_table(docs_dir: str | Path) -> str:
         mine = [e for e in entries if e["paper"] == key]
         n = counts(mine)
         lines.append(f"| {title} | " + " | ".join(str(n[w]) for w in order) + f" | {len(mine)} |")
+    stale: dict[str, list[str]] = {}
+    for e in entries:
+        if e["word"] == "not run" and e.get("needs", "").endswith(STALE):
+            stale.setdefault(e["needs"].split(" ", 1)[0], []).append(f"`{e['id']}`")
+    if stale:
+        lines.append("\nCounted \"not run\" because the study's committed JSON was made before its verdicts named "
+                     "their claims (its words are in the row above; rerun its aggregation to count them): "
+                     + "; ".join(f"`docs/{f}`: {', '.join(ids)}" for f, ids in stale.items()) + ".")
     return "\n".join(lines)
 
 
