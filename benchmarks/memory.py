@@ -132,11 +132,10 @@ def cases() -> list[dict]:
             for m in ("load", "load-cached", "eap", "attribution", "eap_ig")]
     out += [_case(s, "dict_train", n=4, pos=128), _case(s, "graph", n=1, pos=16)]
     for pos in (128, 256, 512, 1024, 2048):
-        out += [_case(s, "eap", n=1, pos=pos), _case(s, "attribution", n=1, pos=pos),
-                _case(s, "attribution", "tl", n=1, pos=pos)]
-    out += [_case(s, "act_patch"), _case(s, "act_patch", "tl"), _case(s, "exact", edges=128)]
-    for pos in (128, 512, 2048):
-        out += [_case(s, "eap_ig", n=1, pos=pos)]
+        out += [_case(s, "eap", n=1, pos=pos, timeout=900), _case(s, "attribution", n=1, pos=pos, timeout=900)]
+    out += [_case(s, "exact", edges=128, timeout=600), _case(s, "act_patch", timeout=900), _case(s, "act_patch", "tl", timeout=600)]
+    out += [_case(s, "attribution", "tl", n=1, pos=pos, timeout=900) for pos in (128, 512)]
+    out += [_case(s, "eap_ig", n=1, pos=pos, timeout=900) for pos in (128, 512, 2048)]
     out += [_case(q, "attribution", "tl", dtype="bfloat16", timeout=1500), _case(b, "exact", edges=128),
             _case(s, "act_patch", n=1, pos=512)]
     return out
