@@ -160,7 +160,8 @@ class Graph:
     """Edges of a model's computational graph with one signed score each (see the module doc).
 
     `meta`: n_layers, n_heads, n_kv_heads, method ("eap", "eap-ig", "exact"), steps, metric,
-    clean_metric, corrupt_metric, model, task, n_examples, convention; optionally
+    clean_metric, corrupt_metric, model, task, n_examples, convention, peak_memory (what the run
+    took on its device, `interp.memory.peak`; EAP's also batch_size and pos_chunk); optionally
     "example": {"tokens": [...]} for the view. `patterns`: optional [layer, head, dest, src]
     attention of that example prompt.
 
