@@ -14,7 +14,7 @@ ROOT = Path(__file__).parents[1]
 FACTORIES = {"zeros", "ones", "empty", "full", "arange", "randn", "rand", "randint", "tensor", "eye", "linspace",
              "randperm", "as_tensor", "normal", "logspace"}
 COMPUTE = [
-    "interp/run", "interp/masking/learn.py", "interp/features/train.py", "interp/features/attribute.py",
+    "interp/run", "interp/circuits", "interp/masking/learn.py", "interp/features/train.py", "interp/features/attribute.py",
     "interp/features/sites.py", "interp/features/dictionary.py", "interp/position_resume.py", "interp/native.py",
     "interp/steering/generate.py", "interp/interventions.py", "interp/patching.py",
 ]

@@ -224,7 +224,7 @@ class Faithfulness:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        e, r, m = (torch.as_tensor(x) for x in (self.edges, self.recovered, self.metric))
+        e, r, m = (torch.as_tensor(x) for x in (self.edges, self.recovered, self.metric))  # cpu: a result
         if not (e.ndim == r.ndim == m.ndim == 1 and len(e) == len(r) == len(m)):
             raise InterpError(f"edges {tuple(e.shape)}, recovered {tuple(r.shape)} and metric {tuple(m.shape)} must be one value per size")
         object.__setattr__(self, "edges", e.long())
@@ -283,7 +283,7 @@ class Runner:
     def keep(self, graph: Graph, n: int, order: Tensor) -> Tensor:
         """[sender, receiver] bool: the first n edges of `graph` in `order`."""
         w = self.wiring
-        keep = torch.zeros(len(w.senders), len(w.receivers), dtype=torch.bool)
+        keep = torch.zeros(len(w.senders), len(w.receivers), dtype=torch.bool)  # cpu: moved when returned
         s_at, r_at = self._at()
         for i in order[:n].tolist():
             keep[s_at[graph.senders[i]], r_at[graph.receivers[i]]] = True
@@ -293,7 +293,7 @@ class Runner:
         """[sender, receiver] bool: every edge but those out of the `dropped` (layer, head)s, which
         ablates those heads' outputs (a node circuit, as MIB scores node-level circuits)."""
         w = self.wiring
-        keep = torch.ones(len(w.senders), len(w.receivers), dtype=torch.bool)
+        keep = torch.ones(len(w.senders), len(w.receivers), dtype=torch.bool)  # cpu: moved when returned
         s_at, _ = self._at()
         for layer, head in dropped:
             keep[s_at[f"a{layer}.h{head}"]] = False
@@ -334,7 +334,7 @@ def faithfulness(model, task: Task, circuit: Graph, *, ablation: str = "mean", p
         raise InterpError(f"the circuit's {len(circuit)} edges have no path from 'embed' to 'logits', so it computes "
                           "nothing from the input; add edges (e.g. a larger graph.top(n) or greedy(graph, n))")
     r = Runner(model, task, ablation, progress)
-    return float(r.recovered(r.measure([r.keep(circuit, len(circuit), torch.arange(len(circuit)))]))[0])
+    return float(r.recovered(r.measure([r.keep(circuit, len(circuit), torch.arange(len(circuit)))]))[0])  # cpu: graph order
 
 
 def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean", order: str = "top",
@@ -360,7 +360,7 @@ def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean
     elif order == "greedy":
         chosen = greedy(graph, len(graph))
         at = {(s, r): i for i, (s, r) in enumerate(zip(graph.senders, graph.receivers))}
-        idx = torch.tensor([at[e] for e in zip(chosen.senders, chosen.receivers)], dtype=torch.long)
+        idx = torch.tensor([at[e] for e in zip(chosen.senders, chosen.receivers)], dtype=torch.long)  # cpu: graph indices
     else:
         raise InterpError(f"order={order!r} must be 'top', 'signed' or 'greedy'")
     total = len(idx)
@@ -374,7 +374,7 @@ def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean
 
     def least(target: float) -> int | None:
         ks = sorted(found)
-        above = [k for k in ks if r.recovered(torch.tensor(found[k])) >= target]
+        above = [k for k in ks if r.recovered(torch.tensor(found[k])) >= target]  # cpu: host floats
         if not above:
             return None
         hi = above[0]
@@ -383,7 +383,7 @@ def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean
             mid = (lo + hi) // 2
             if mid not in found:
                 found[mid] = float(r.measure([r.keep(graph, mid, idx)])[0])
-            if r.recovered(torch.tensor(found[mid])) >= target:
+            if r.recovered(torch.tensor(found[mid])) >= target:  # cpu: a host float
                 hi = mid
             else:
                 lo = mid
@@ -391,7 +391,7 @@ def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean
 
     least_edges = {f"edges_{round(100 * t):d}": least(t) for t in targets}
     ks = sorted(found)
-    vals = torch.tensor([found[k] for k in ks])
+    vals = torch.tensor([found[k] for k in ks])  # cpu: host floats
     under = from_1 = None
     if 0 in found and all(n in found for n in mib):
         f = [(found[n] - found[0]) / (r.clean - found[0]) for n in mib]
@@ -402,4 +402,4 @@ def faithfulness_curve(model, task: Task, graph: Graph, *, ablation: str = "mean
                  "area_under": under, "area_from_1": from_1,
                  "edges_80": None, "edges_90": None, **least_edges, "total_edges": total,
                  "seconds": time.perf_counter() - t0})
-    return Faithfulness(torch.tensor(ks), r.recovered(vals), vals, meta)
+    return Faithfulness(torch.tensor(ks), r.recovered(vals), vals, meta)  # cpu: a result

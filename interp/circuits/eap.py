@@ -74,7 +74,7 @@ def edge_index(wiring: Wiring) -> tuple[tuple[str, ...], tuple[str, ...], Tensor
     senders, receivers = edge_list(wiring.n_layers, wiring.n_heads, wiring.n_kv)
     s_at = {s: i for i, s in enumerate(wiring.senders)}
     r_at = {r: i for i, r in enumerate(wiring.receivers)}
-    return senders, receivers, torch.tensor([s_at[s] for s in senders]), torch.tensor([r_at[r] for r in receivers])
+    return senders, receivers, torch.tensor([s_at[s] for s in senders]), torch.tensor([r_at[r] for r in receivers])  # cpu: indices
 
 
 def model_label(model) -> str:
@@ -168,7 +168,7 @@ def _attribute(model, task: Task, steps: int, method: str, batch_size: int, pos_
     _pos_chunk(pos_chunk, wiring, 1, 1)  # checked before any forward
     senders, receivers, s_idx, r_idx = edge_index(wiring)
     device = model.cfg.device
-    full = torch.zeros(len(wiring.senders), len(wiring.receivers), dtype=torch.float64)
+    full = torch.zeros(len(wiring.senders), len(wiring.receivers), dtype=torch.float64)  # cpu: scores summed on the host
     clean_m = corrupt_m = 0.0
     n = len(task)
     t0 = time.perf_counter()

@@ -179,7 +179,7 @@ class Graph:
         senders, receivers = tuple(self.senders), tuple(self.receivers)
         object.__setattr__(self, "senders", senders)
         object.__setattr__(self, "receivers", receivers)
-        scores = torch.as_tensor(self.scores).detach().float().cpu()
+        scores = torch.as_tensor(self.scores).detach().float().cpu()  # cpu: a result
         if scores.ndim != 1 or not (len(senders) == len(receivers) == scores.shape[0]):
             raise InterpError(
                 f"Graph needs one sender, receiver and score per edge; got {len(senders)} senders, "
@@ -205,7 +205,7 @@ class Graph:
             (s, r), _ = Counter(zip(senders, receivers)).most_common(1)[0]
             raise InterpError(f"edge {s} -> {r} appears twice")
         if self.patterns is not None:
-            p = torch.as_tensor(self.patterns).detach().float().cpu()
+            p = torch.as_tensor(self.patterns).detach().float().cpu()  # cpu: a result
             nl, nh = self.meta["n_layers"], self.meta["n_heads"]
             if p.ndim != 4 or p.shape[:2] != (nl, nh) or p.shape[2] != p.shape[3]:
                 raise InterpError(f"patterns {tuple(p.shape)} must be [layer={nl}, head={nh}, dest, src] with dest == src")
@@ -265,7 +265,7 @@ class Graph:
 
     def select(self, idx: Tensor | list[int]) -> Graph:
         """The graph restricted to these edge indices (in this order)."""
-        idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
+        idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)  # cpu: indices
         if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= len(self)):
             raise InterpError(f"edge indices must be in 0..{len(self) - 1}")
         pick = idx.tolist()
@@ -295,7 +295,7 @@ class Graph:
         GQA models the total is not counted twice). A Grid [layer, head]."""
         nl, nh, nkv = self.meta["n_layers"], self.meta["n_heads"], self.meta["n_kv_heads"]
         per = nh // nkv
-        out = torch.zeros(nl, nh)
+        out = torch.zeros(nl, nh)  # cpu: a result
         for s, r, v in zip(self.senders, self.receivers, self.scores.abs().tolist()):
             a, b = node(s), node(r)
             if a.role == "head":

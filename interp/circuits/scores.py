@@ -57,9 +57,9 @@ def _edge_curve(r: Runner, graph: Graph, order: Tensor, sizes: list[int]) -> lis
     for k, n in enumerate(sizes):
         if n <= len(graph):
             c = prune(graph.select(order[:n]))
-            keeps.append(r.keep(c, len(c), torch.arange(len(c))))
+            keeps.append(r.keep(c, len(c), torch.arange(len(c))))  # cpu: graph order
             at.append(k)
-    values = r.measure(keeps) if keeps else torch.zeros(0)
+    values = r.measure(keeps) if keeps else torch.zeros(0)  # cpu: a result
     out = [float("nan")] * len(sizes)
     for k, v in zip(at, values.tolist()):
         out[k] = v
@@ -68,7 +68,7 @@ def _edge_curve(r: Runner, graph: Graph, order: Tensor, sizes: list[int]) -> lis
 
 def _grid(curves: dict[str, dict[str, list[float]]], orders: tuple[str, ...], fractions, sizes, meta) -> Grid:
     names = list(curves)
-    values = torch.tensor([[[curves[s][o][k] for o in orders] for s in names] for k in range(len(sizes))])
+    values = torch.tensor([[[curves[s][o][k] for o in orders] for s in names] for k in range(len(sizes))])  # cpu: a result
     return Grid(values, ("fraction", "series", "order"), (tuple(fractions), tuple(names), orders),
                 {**meta, "chart": "lines", "log_x": True, "metric": "faithfulness f",
                  "title": "faithfulness f = (m(C) - m(empty)) / (m(N) - m(empty)) by circuit size (MIB)"})
@@ -106,20 +106,20 @@ def circuit_scores(model, task: Task, graphs: Mapping[str, Graph], *, random: in
     r = Runner(model, task, ablation, progress)
     total = int(len(r.s_idx))  # every edge of the model
     sizes = mib_sizes(total, fractions)
-    empty = float(r.measure([r.keep(next(iter(graphs.values())), 0, torch.arange(0))])[0])
+    empty = float(r.measure([r.keep(next(iter(graphs.values())), 0, torch.arange(0))])[0])  # cpu: graph order
     sign = 1.0 if r.corrupt > r.clean else -1.0  # toward the corrupt run
     curves: dict[str, dict[str, list[float]]] = {}
     for name, g in graphs.items():
         signed = torch.sort(g.scores * sign, descending=True, stable=True).indices
-        curves[name] = {o: _faithful(r, torch.tensor(_edge_curve(r, g, idx, sizes)), empty).tolist()
+        curves[name] = {o: _faithful(r, torch.tensor(_edge_curve(r, g, idx, sizes)), empty).tolist()  # cpu: host floats
                         for o, idx in (("signed", signed), ("absolute", g.order()))}
     draws = []
     if random:
         senders, receivers, _, _ = edge_index(r.wiring)
-        full = Graph(senders, receivers, torch.zeros(total), {**next(iter(graphs.values())).meta, "method": "random"})
+        full = Graph(senders, receivers, torch.zeros(total), {**next(iter(graphs.values())).meta, "method": "random"})  # cpu: a result
         for idx in _random_orders(total, random, seed):
-            draws.append(_faithful(r, torch.tensor(_edge_curve(r, full, idx, sizes)), empty).tolist())
-        mean = torch.tensor(draws).mean(0).tolist()
+            draws.append(_faithful(r, torch.tensor(_edge_curve(r, full, idx, sizes)), empty).tolist())  # cpu: host floats
+        mean = torch.tensor(draws).mean(0).tolist()  # cpu: host floats
         curves["random"] = {"signed": mean, "absolute": mean}
     cpr, cmd, upto = _summary(curves, list(fractions), "signed", "absolute")
     meta = _meta(r, task, ablation, sizes, total, empty)
@@ -158,8 +158,8 @@ def head_circuit_scores(model, task: Task, rankings: Mapping[str, Tensor], *, ra
         raise InterpError(f"random={random!r} must be an int >= 0 (seeded random rankings as the control)")
     L, H = model.cfg.n_layers, model.cfg.n_heads
     for name, s in rankings.items():
-        if tuple(torch.as_tensor(s).shape) != (L, H):
-            raise InterpError(f"ranking {name!r} has shape {tuple(torch.as_tensor(s).shape)}; the model's heads are ({L}, {H})")
+        if tuple(torch.as_tensor(s).shape) != (L, H):  # cpu: a shape check
+            raise InterpError(f"ranking {name!r} has shape {tuple(torch.as_tensor(s).shape)}; the model's heads are ({L}, {H})")  # cpu: a message
     r = Runner(model, task, ablation, progress)
     sizes = mib_sizes(L * H, fractions)
     empty = float(r.measure([r.keep_heads([(l, h) for l in range(L) for h in range(H)])])[0])
@@ -168,11 +168,11 @@ def head_circuit_scores(model, task: Task, rankings: Mapping[str, Tensor], *, ra
         keeps = [r.keep_heads([divmod(int(i), H) for i in order[n:]]) for n in sizes]
         return _faithful(r, r.measure(keeps), empty).tolist()
 
-    curves = {name: {"score": curve(torch.sort(torch.as_tensor(s).float().flatten(), descending=True, stable=True).indices)}
+    curves = {name: {"score": curve(torch.sort(torch.as_tensor(s).float().flatten(), descending=True, stable=True).indices)}  # cpu: host ranking
               for name, s in rankings.items()}
     draws = [curve(idx) for idx in _random_orders(L * H, random, seed)]
     if draws:
-        curves["random"] = {"score": torch.tensor(draws).mean(0).tolist()}
+        curves["random"] = {"score": torch.tensor(draws).mean(0).tolist()}  # cpu: host floats
     cpr, cmd, upto = _summary(curves, list(fractions), "score", "score")
     meta = _meta(r, task, ablation, sizes, L * H, empty)
     meta.update({"total_heads": L * H, "cpr": cpr, "cmd": cmd, "upto": upto, "random": _draws(draws, fractions, seed, cpr, cmd)})
