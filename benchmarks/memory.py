@@ -445,10 +445,17 @@ def _peak(row: dict) -> int | None:
     return row["load_peak"] if row["method"].startswith("load") else max(row["load_peak"], row["work_peak"])
 
 
+def _group(row: dict) -> str:
+    """A load's fit is per dtype (a bf16 load is processed in float32), a work's is not."""
+    key = f"{row['method']}/{row['impl']}"
+    return f"{key}/{row['dtype']}" if row["method"].startswith("load") else key
+
+
 def fit(data: dict) -> dict:
-    """Per method and implementation with at least 4 measured rows: the non-negative least-squares
-    fit of the peak to the features above (c + a W + b T A + d P), its largest relative error over
-    those rows, and what it predicts for the Llama-3.1-8B shape in bf16 at 8 x 16 and 1 x 2048 tokens."""
+    """Per work with at least 4 measured rows: the non-negative least-squares fit of the peak to the
+    features above (c + a W + b T A + d P), its largest relative error over those rows, and what it
+    predicts for the Llama-3.1-8B shape in bf16 at 8 x 16 and 1 x 2048 tokens. Per load and dtype:
+    c + a W through the rows (a dtype with one row keeps the float32 fit's c)."""
     import numpy as np
     from scipy.optimize import nnls
 
@@ -456,29 +463,41 @@ def fit(data: dict) -> dict:
     groups: dict[str, list[dict]] = {}
     for r in data["rows"]:
         if _peak(r) is not None and not r.get("variant"):
-            groups.setdefault(f"{r['method']}/{r['impl']}", []).append(r)
-    for key, rows in groups.items():
-        if len(rows) < 4 and not key.startswith("load"):
+            groups.setdefault(_group(r), []).append(r)
+    for key in sorted(groups, key=lambda k: not k.endswith("float32")):  # float32 loads first: their c is reused
+        rows = groups[key]
+        load = key.startswith("load")
+        if len(rows) < 4 and not load:
             continue
         x = np.array([_features(r, shapes) for r in rows]) / GIB
         y = np.array([_peak(r) for r in rows], dtype=float) / GIB
-        cols = [0, 1] if key.startswith("load") else [0, 1, 2, 3]
-        if key.startswith("load") and len(rows) < 2:
-            continue
-        coef, _ = nnls(x[:, cols] * np.array([1 / x[:, c].max() if x[:, c].max() else 1 for c in cols]), y)
-        coef = coef * np.array([1 / x[:, c].max() if x[:, c].max() else 1 for c in cols])
         full = np.zeros(4)
-        full[cols] = coef
+        if load and len(rows) == 1:
+            base = out.get(key.rsplit("/", 1)[0] + "/float32")
+            if base is None:
+                continue
+            full[0] = base["c_gib"]
+            full[1] = (y[0] - full[0]) / x[0, 1]
+        else:
+            cols = [0, 1] if load else [0, 1, 2, 3]
+            scale = np.array([1 / x[:, c].max() if x[:, c].max() else 1 for c in cols])
+            coef, _ = nnls(x[:, cols] * scale, y)
+            full[cols] = coef * scale
         pred = x @ full
         err = np.abs(pred - y) / y
         paper = {}
-        for n, pos in ((8, 16), (1, 2048)) if not key.startswith("load") else ((0, 0),):
-            f = np.array(_features({"shape": "llama-3.1-8b", "dtype": "bfloat16", "prompts": n, "positions": pos}, shapes)) / GIB
-            paper[f"{n}x{pos}"] = round(float(f @ full), 2)
+        if not load or key.endswith("bfloat16"):
+            for n, pos in ((0, 0),) if load else ((8, 16), (1, 2048)):
+                f = np.array(_features({"shape": "llama-3.1-8b", "dtype": "bfloat16", "prompts": n, "positions": pos},
+                                       shapes)) / GIB
+                paper["load" if load else f"{n}x{pos}"] = round(float(f @ full), 2)
         out[key] = {"rows": len(rows), "c_gib": round(float(full[0]), 3), "a_per_weight_byte": round(float(full[1]), 3),
                     "b_per_activation_byte": round(float(full[2]), 3), "d_per_pattern_byte": round(float(full[3]), 3),
                     "max_rel_err": round(float(err.max()), 3), "llama-3.1-8b_bf16_gib": paper,
                     "predicted": {r["id"]: round(float(p), 3) for r, p in zip(rows, pred)}}
+        for r in data["rows"]:  # the rows that did not finish (killed at the budget): what the fit says they need
+            if _group(r) == key and _peak(r) is None and not r.get("variant"):
+                out[key]["predicted"][r["id"]] = round(float(np.array(_features(r, shapes)) / GIB @ full), 3)
     return out
 
 
@@ -506,8 +525,7 @@ def table(data: dict) -> str:
     ]
     for r in data["rows"]:
         sh = data["shapes"][f"{r['shape']}/{r['dtype']}"]
-        key = f"{r['method']}/{r['impl']}"
-        pred = fits.get(key, {}).get("predicted", {}).get(r["id"])
+        pred = fits.get(_group(r), {}).get("predicted", {}).get(r["id"])
         ok = r["status"] == "ok"
         secs = r.get("load_s") if r["method"].startswith("load") else r.get("seconds")
         note = (r.get("note") or "") if ok else r["status"]
@@ -528,11 +546,80 @@ def table(data: dict) -> str:
               "| work | rows | c GiB | a | b | d | max relative error | Llama-3.1-8B bf16 (15.0 GiB of weights) |",
               "|---|---|---|---|---|---|---|---|"]
     for key, f in fits.items():
-        paper = ", ".join(f"{k.replace('0x0', 'load')}: {v:.1f} GiB" for k, v in f["llama-3.1-8b_bf16_gib"].items())
+        paper = ", ".join(f"{k}: {v:.1f} GiB" for k, v in f["llama-3.1-8b_bf16_gib"].items())
         lines.append(f"| {key} | {f['rows']} | {f['c_gib']} | {f['a_per_weight_byte']} | {f['b_per_activation_byte']} | "
                      f"{f['d_per_pattern_byte']} | {f['max_rel_err']:.1%} | {paper} |")
     lines += ["", *data.get("notes", []), END]
     return "\n".join(lines) + "\n"
+
+
+def notes(data: dict) -> list[str]:
+    """The findings, every number read from the rows."""
+    by = {r["id"]: r for r in data["rows"]}
+
+    def peak(cid: str) -> str:
+        r = by.get(cid)
+        return "not measured" if r is None else _gib(_peak(r)) + " GiB" if r["status"] == "ok" else r["status"]
+
+    def ratio(cid: str) -> str:
+        r = by.get(cid)
+        if r is None or r["status"] != "ok":
+            return ""
+        w = data["shapes"][r["shape"] + "/" + r["dtype"]]["weight_bytes"]
+        return f" ({_peak(r) / w:.1f}x the weights)"
+
+    s, b, q = "smollm2-135m/float32", "llama-3.2-1b/float32", "qwen2.5-1.5b/bfloat16"
+    out = [
+        "**The load overhead.** Before the fix (rows marked so, commit 79e6097) a load without the processed-weight cache "
+        f"peaked at {peak(s + '/load/interp/0x0@before-fix')}{ratio(s + '/load/interp/0x0@before-fix')} on the SmolLM2 "
+        f"shape, and the Llama-3.2-1B shape was {peak(b + '/load/interp/0x0@before-fix')}. Where the copies came from "
+        "(measured step by step on SmolLM2's shape): TransformerLens's `ProcessWeights.fold_layer_norm`, `center_unembed` "
+        "and `fold_value_biases` each begin by cloning every tensor of the state dict, and their caller rebinds the dict "
+        "to the clone, so while `center_unembed` clones, the model's own weights, fold_layer_norm's copy and "
+        "center_unembed's copy are all alive (live tensors 1.82 GiB = 3 x 0.61 GiB); the unembedding is cloned once "
+        "more to untie it; and glibc kept 0.39 GiB of the freed copies resident after the load. The fix "
+        "(`interp.load_cache.lean_processing`, `release_free_memory`): each of those steps receives its input one "
+        "tensor at a time, freed as soon as its clone exists, and the allocator's free heap is returned after the "
+        "load; the weights are exactly TransformerLens's own (tests/test_load_cache.py, five families and dtypes). "
+        f"After: SmolLM2 {peak(s + '/load/interp/0x0')}{ratio(s + '/load/interp/0x0')}, Llama-3.2-1B "
+        f"{peak(b + '/load/interp/0x0')}{ratio(b + '/load/interp/0x0')}, Qwen2.5-1.5B in bf16 "
+        f"{peak(q + '/load/interp/0x0')}{ratio(q + '/load/interp/0x0')}: what is left is the model's own weights read "
+        "from the file, one processed copy, and the unembedding untied and centred; a bf16 model is processed in "
+        "float32 (TransformerLens upcasts), hence the larger ratio. With the processed-weight cache (every load after "
+        f"the first) the load peaks at {peak(s + '/load-cached/interp/0x0')}, {peak(b + '/load-cached/interp/0x0')} and "
+        f"{peak(q + '/load-cached/interp/0x0')}: the processed weights are memory-mapped and become resident as the work "
+        "reads them, so a work's peak holds the weights once.",
+        "",
+        f"**At the 1B shape** (8 prompts x 16 tokens, float32): EAP {peak(b + '/eap/interp/8x16')}, EAP-IG (5 steps) "
+        f"{peak(b + '/eap_ig/interp/8x16')} in {by.get(b + '/eap_ig/interp/8x16', {}).get('seconds')} s, attribution "
+        f"patching {peak(b + '/attribution/interp/8x16')} in {by.get(b + '/attribution/interp/8x16', {}).get('seconds')} s "
+        f"(TransformerLens's node attribution {peak(b + '/attribution/tl/8x16')} in "
+        f"{by.get(b + '/attribution/tl/8x16', {}).get('seconds')} s), activation patching of every head "
+        f"{peak(b + '/act_patch/interp/8x16')} in {by.get(b + '/act_patch/interp/8x16', {}).get('seconds')} s "
+        f"(TransformerLens {peak(b + '/act_patch/tl/8x16')} for 16 of the 512 cells in "
+        f"{by.get(b + '/act_patch/tl/8x16', {}).get('seconds')} s).",
+        "",
+        "**Prompt length.** At 1 x 1024 tokens on the SmolLM2 shape EAP peaked at "
+        f"{peak(s + '/eap/interp/1x1024')} and attribution patching at {peak(s + '/attribution/interp/1x1024')}; at "
+        f"1 x 2048 EAP was {peak(s + '/eap/interp/1x2048')} and attribution patching "
+        f"{peak(s + '/attribution/interp/1x2048')}. The growth is the attention scores and pattern of every layer "
+        "and head, kept for the backward pass (the d term, quadratic in the length): in the code measured here "
+        "`batch_size` chunks prompts, and one long prompt is one chunk. A row killed at the budget shows the fit's prediction "
+        "beside it; the resident size it had reached is a lower bound on its peak, so where that bound exceeds the "
+        "prediction the formula underestimates long prompts.",
+        "",
+        "**8B on paper** (Llama-3.1-8B shape, bf16, 15.0 GiB of weights): the fits' last column. A first load without the "
+        "cache needs the bf16 load fit's peak (the processing runs in float32); every later load maps the cache and "
+        "the work's peak follows its fit. These extrapolate from shapes up to 1.5B parameters and assume bf16 "
+        "activations cost half of float32's, as the bytes in the formula say.",
+        "",
+        "Rows ran against the working tree, which held other engineers' uncommitted edits while they ran: rows that "
+        "carry `uncommitted` in the JSON list them beside their commit; the earlier rows ran while at least "
+        "interp/run/{batched,runner}.py (seen at 07:37 UTC) and interp/circuits/{circuit,eap,exact,wiring}.py (seen "
+        "at 08:17 UTC) had uncommitted edits. The work peaks include the weights as the work reads them "
+        "from the mapped cache, so a work's peak minus the resident size after its load is not the work's own memory.",
+    ]
+    return out
 
 
 def render(data: dict, path: Path = OUT) -> None:
@@ -540,6 +627,7 @@ def render(data: dict, path: Path = OUT) -> None:
     from interp.storage import write_text_atomic
 
     data["fit"] = fit(data)
+    data["notes"] = notes(data)
     _write(data, path)
     text = RESULTS.read_text()
     block = table(data)
