@@ -13,7 +13,7 @@ Sections (--only, comma-separated; all by default), each row per dtype:
   generate  per batch: steered generation of --new-tokens vs HF generate (the limit), tokens compared
   decode    one decode step at batch 20 (KV cache) vs HF generate, on MODEL and the --decode-zoo models
   forward   one bridge forward at batch 20 x 1 token vs HF: ms, ops, kernels, FLOPs (the row
-            benchmarks/gpu_calibration.json reads to calibrate the docs' GPU estimates)
+            interp/data/gpu_calibration.json reads to calibrate the docs' GPU estimates)
   device_map  interp.load(device_map="auto") + forward + steered generation vs HF the same way
             (in the first dtype only)
 

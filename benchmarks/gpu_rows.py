@@ -123,7 +123,7 @@ def decode_step(model, hf, batch: int, k: int, repeats: int) -> dict:
 
 def bridge_forward(model, hf, batch: int, repeats: int) -> dict:
     """One forward of the bridge (compatibility mode, every hook point) at `batch` x 1 token vs the
-    HF model's: ms, and what benchmarks/gpu_calibration.json reads (ops, weight bytes, FLOPs; kernels
+    HF model's: ms, and what interp/data/gpu_calibration.json reads (ops, weight bytes, FLOPs; kernels
     on a GPU)."""
     from torch.profiler import ProfilerActivity, profile
     from torch.utils.flop_counter import FlopCounterMode

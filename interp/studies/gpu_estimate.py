@@ -9,7 +9,7 @@ bandwidth, and its FLOPs over peak throughput. Written by hand: no library predi
 a CPU run; this is the smallest model that says which bound a forward of this size hits.
 
 The per-op cost is not assumed: it is fitted to the measured GPU forwards of
-`benchmarks/gpu_calibration.json` (`load_calibration`), and the spread of measured / estimated over
+`interp/data/gpu_calibration.json` (`load_calibration`), and the spread of measured / estimated over
 those forwards after the fit (`error`) is carried into every estimate: a GPU time is given as the
 range [fit x error low, fit x error high]. Bandwidth and FLOP rates stay assumed (no calibration
 forward was bound by them). An estimate, not a measurement: the doc says so beside every number.
@@ -43,7 +43,7 @@ import torch
 
 from interp.errors import InterpError
 
-CALIBRATION = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_calibration.json"
+CALIBRATION = Path(__file__).resolve().parents[1] / "data" / "gpu_calibration.json"  # shipped in the wheel
 FORMAT = "interp.gpu_calibration/1"
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -138,7 +138,7 @@ def _measured_rows(entry: Any, base: Path, points: dict[tuple, dict[str, Any]], 
 
 def load_calibration(path: str | Path | None = None) -> dict[str, Any]:
     """The calibration at `path` (default: $INTERP_GPU_CALIBRATION, else the repository's
-    benchmarks/gpu_calibration.json; an installed copy of interp has none, so set the variable there),
+    interp/data/gpu_calibration.json; an installed copy of interp has none, so set the variable there),
     with the GPU benchmark JSONs it includes: its points, the per-op host cost fitted to them
     (`us_per_op`, minimising the largest ratio of measured to estimated either way, a range point
     counted at its worst end) and the error that remains (`error`: [min, max] of measured / estimated
