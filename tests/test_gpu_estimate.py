@@ -1,6 +1,6 @@
 """The GPU estimate's inputs are measured from the forward itself: ops, FLOPs and weight bytes
 against hand counts on a tiny model, and the estimate is the largest of its three bounds. Its per-op
-cost is fitted to measured GPU forwards (benchmarks/gpu_calibration.json): the fit reproduces its
+cost is fitted to measured GPU forwards (interp/data/gpu_calibration.json): the fit reproduces its
 own points within the error it states, and a bad calibration file is refused with what was wrong."""
 
 import json
@@ -192,7 +192,7 @@ def _committed():
 @pytest.mark.parametrize("name, path", list(_committed()))
 def test_every_committed_study_json_is_calibrated_with_the_committed_calibration(name, path):
     """Recalibrating a committed JSON changes nothing: its GPU figures were derived from this calibration
-    (after a change of benchmarks/gpu_calibration.json: `python -m interp.studies.gpu_estimate STUDY JSON DOC`)."""
+    (after a change of interp/data/gpu_calibration.json: `python -m interp.studies.gpu_estimate STUDY JSON DOC`)."""
     import importlib
 
     data = json.loads(path.read_text())
