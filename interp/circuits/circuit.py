@@ -283,21 +283,24 @@ class Runner:
     def keep(self, graph: Graph, n: int, order: Tensor) -> Tensor:
         """[sender, receiver] bool: the first n edges of `graph` in `order`."""
         w = self.wiring
-        keep = torch.zeros(len(w.senders), len(w.receivers), dtype=torch.bool)  # cpu: moved when returned
         s_at, r_at = self._at()
-        for i in order[:n].tolist():
-            keep[s_at[graph.senders[i]], r_at[graph.receivers[i]]] = True
-        return keep.to(self.reference.device)
+        chosen = order[:n].tolist()
+        rows = torch.tensor([s_at[graph.senders[i]] for i in chosen], dtype=torch.long, device=self.reference.device)
+        cols = torch.tensor([r_at[graph.receivers[i]] for i in chosen], dtype=torch.long, device=self.reference.device)
+        keep = torch.zeros(len(w.senders), len(w.receivers), dtype=torch.bool, device=self.reference.device)
+        keep[rows, cols] = True  # one write, on the device the ablation runs on
+        return keep
 
     def keep_heads(self, dropped: list[tuple[int, int]]) -> Tensor:
         """[sender, receiver] bool: every edge but those out of the `dropped` (layer, head)s, which
         ablates those heads' outputs (a node circuit, as MIB scores node-level circuits)."""
         w = self.wiring
-        keep = torch.ones(len(w.senders), len(w.receivers), dtype=torch.bool)  # cpu: moved when returned
         s_at, _ = self._at()
-        for layer, head in dropped:
-            keep[s_at[f"a{layer}.h{head}"]] = False
-        return keep.to(self.reference.device)
+        rows = torch.tensor([s_at[f"a{layer}.h{head}"] for layer, head in dropped], dtype=torch.long,
+                            device=self.reference.device)
+        keep = torch.ones(len(w.senders), len(w.receivers), dtype=torch.bool, device=self.reference.device)
+        keep[rows] = False
+        return keep
 
     def _at(self) -> tuple[dict[str, int], dict[str, int]]:
         w = self.wiring
