@@ -315,7 +315,7 @@ def test_headline_verdicts_are_the_outermost_words():
 
 
 def test_the_readme_counts_every_claim_of_every_paper():
-    """Issue 37: per paper, every headline claim (interp.studies.claims) is counted under one word, the claims
+    """Per paper, every headline claim (interp.studies.claims) is counted under one word, the claims
     no study runs and those a committed JSON does not word included ("not run")."""
     from interp.studies import claims
 

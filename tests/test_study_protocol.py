@@ -75,7 +75,7 @@ def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
     end = text.index("<!-- /gen:", body_start)
     copy.write_text(text[:body_start] + "\nstale\n" + text[end:])
     commit = json.loads(data.read_text())["provenance"].get("commit")
-    if not commit or commit.endswith("+dirty"):  # made from a dirty tree (before issue 37): refused until rerun clean
+    if not commit or commit.endswith("+dirty"):  # made from a dirty tree: refused until rerun clean
         with pytest.raises(InterpError, match="commit, then rerun the aggregation"):
             protocol.get(name).write_doc(data, copy)
         pytest.skip(f"{data.name} was made from a tree with uncommitted changes ({commit}): its doc is refused until rerun")

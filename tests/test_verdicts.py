@@ -82,7 +82,7 @@ def test_every_judge_call_of_the_studies_names_its_null():
 
 
 def test_the_heuristic_core_is_judged_against_random_units_not_the_full_model():
-    """Issue 37: "the core alone does worse OOD" was judged against the full model (which random units of
+    """"The core alone does worse OOD" was judged against the full model (which random units of
     the core's size also fall short of); it is judged against random units of the core's per-layer sizes,
     and the full model stays beside it as description with no word."""
     import json
