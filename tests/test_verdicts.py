@@ -15,7 +15,7 @@ from interp.studies import verdicts as v
 ])
 def test_a_planted_control_that_cannot_fail_earns_no_word(why, kwargs):
     # the effect is far from the control: without the rule each of these would read "reproduced"
-    assert v.verdict(0.9, 0.5, **{k: x for k, x in kwargs.items() if k == "control_ci"}) == v.REPRODUCED
+    assert v.verdict(0.9, 0.5, effect_ci=(0.85, 0.95), **{k: x for k, x in kwargs.items() if k == "control_ci"}) == v.REPRODUCED
     assert v.verdict(0.9, 0.5, **kwargs) == v.NO_CONTROL, why
 
 
@@ -103,3 +103,16 @@ def test_the_heuristic_core_is_judged_against_random_units_not_the_full_model():
         assert all(d.get("null") != "full model" for d in m["verdicts"].values())
     assert v.rejudge(out) == []
     assert {e["id"] for e in out["paper_claims"]} == {c.id for c in claims.CLAIMS if c.study == "heuristic-core"}
+
+
+def test_numbers_far_apart_without_an_interval_are_not_told_apart():
+    from interp.studies.verdicts import CONTROL, REPRODUCED, judge, verdict
+
+    assert verdict(0.9, 0.1, tol=0.01, null="baseline") == CONTROL
+    assert verdict(0.9, 0.1, effect_ci=[0.85, 0.95], null="baseline") == REPRODUCED
+    j = judge("x", 0.9, 0.1, effect_ci=[0.85, 0.95], control_ci=[0.0, 0.2], paper=0.8, paper_control=0.3, null="baseline")
+    assert j["interval_widths"] == {"effect": pytest.approx(0.1), "control": pytest.approx(0.2)}
+    assert j["mde"] == pytest.approx(0.15) and j["paper_margin"] == pytest.approx(0.5)
+    d = judge("x", 0.9, 0.1, "less", diff_ci=[0.7, 0.9], null="baseline")
+    assert d["mde"] == pytest.approx(0.1) and d["word"] == "not reproduced" and "paper_margin" not in d
+    assert judge("x", 0.9, 0.1, null="baseline")["mde"] is None

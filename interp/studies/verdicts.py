@@ -19,7 +19,13 @@ never goes further than the numbers beside it:
 
 "Told apart": when `diff_ci` (an interval of effect - control) is given, it excludes 0; else when
 intervals of the effect and/or the control are given (a bootstrap interval, the min-max of random draws),
-they do not overlap; else |effect - control| > `tol`.
+they do not overlap. With no interval at all, two numbers are never told apart, however far apart they
+are (`tol` is kept in old results but decides nothing): "reproduced" and "partly" always rest on an interval.
+
+Every `judge` dict states the widths of the intervals it used (`interval_widths`) and `mde`, the smallest
+margin over the control that those intervals could have told apart (their half-widths, added when effect
+and control each have one); beside the paper's own margin (`paper_margin`) it says whether the sample was
+large enough to see the paper's effect at all.
 
 `judge(...)` returns the inputs and the word as a dict for the JSON, and `rejudge(data)` finds every such
 dict in a result and recomputes its word, so tests/test_docs.py fails when a word and its numbers disagree.
@@ -34,7 +40,7 @@ from interp.errors import InterpError
 
 __all__ = ["WORDS", "NOT_RUN", "FORCED", "CONTROL", "NOT_REPRODUCED", "PARTLY", "REPRODUCED", "NO_CONTROL", "NULLS",
            "RANDOM_NULLS", "MIN_DRAWS",
-           "verdict", "judge", "rejudge", "dicts_in", "against_all", "combine"]
+           "verdict", "judge", "resolution", "rejudge", "dicts_in", "against_all", "combine"]
 
 NOT_RUN, FORCED, CONTROL = "not run", "forced", "not distinguishable from control"
 NOT_REPRODUCED, PARTLY, REPRODUCED = "not reproduced", "partly", "reproduced"
@@ -98,7 +104,7 @@ def verdict(effect: float | int | None, control: float | int | None, claim: str 
         c_lo, c_hi = c_ci or (control, control)
         apart = e_lo > c_hi or e_hi < c_lo
     else:
-        apart = abs(effect - control) > tol
+        apart = False  # no interval: nothing says how far apart two numbers must be to differ
     if not apart:
         return FORCED if setup_control else CONTROL
     margin = sign * (effect - control)
@@ -118,7 +124,30 @@ def judge(claim_text: str, effect: float | int | None, control: float | int | No
     word = verdict(effect, control, claim, **rule)
     clean = {k: (list(v) if isinstance(v, tuple) else v) for k, v in rule.items() if v is not None}
     ident = {"claim_id": claim_id} if claim_id is not None else {}
-    return {"claim_text": claim_text, **ident, "effect": effect, "control": control, "claim": claim, **clean, "word": word}
+    return {"claim_text": claim_text, **ident, "effect": effect, "control": control, "claim": claim, **clean,
+            **resolution(effect, control, claim, **rule), "word": word}
+
+
+def resolution(effect: float | int | None, control: float | int | None, claim: str = "greater", *,
+               effect_ci: Sequence[float] | None = None, control_ci: Sequence[float] | None = None,
+               diff_ci: Sequence[float] | None = None, paper: float | int | None = None,
+               paper_control: float | int | None = None, **_: Any) -> dict:
+    """What a judgement could see: the width of each interval it used, `mde` (the smallest margin over
+    the control those intervals tell apart: the diff interval's half-width, else the effect's and the
+    control's half-widths added; None with no interval) and the paper's own margin when it gives one."""
+    out: dict[str, Any] = {}
+    d, e, c = (_interval(diff_ci, "diff_ci"), _interval(effect_ci, "effect_ci"), _interval(control_ci, "control_ci"))
+    if d is not None:
+        out["interval_widths"] = {"effect - control": d[1] - d[0]}
+        out["mde"] = (d[1] - d[0]) / 2
+    elif e is not None or c is not None:
+        out["interval_widths"] = {k: v[1] - v[0] for k, v in (("effect", e), ("control", c)) if v is not None}
+        out["mde"] = sum(w / 2 for w in out["interval_widths"].values())
+    else:
+        out["interval_widths"], out["mde"] = {}, None
+    if paper is not None and paper_control is not None:
+        out["paper_margin"] = (1.0 if claim == "greater" else -1.0) * (float(paper) - float(paper_control))
+    return out
 
 
 def against_all(words: Iterable[str]) -> str:
