@@ -118,3 +118,25 @@ def test_the_doc_writer_refuses_a_json_from_a_dirty_tree(tmp_path, commit):
     path.write_text(json.dumps(data))
     with pytest.raises(InterpError, match="verdicts commit"):
         protocol.get("heuristic-core").write_doc(path, copy)
+
+
+@pytest.mark.parametrize("name", sorted(protocol.REGISTRY))
+def test_every_study_lists_how_its_paper_budget_departs_from_the_paper(name):
+    module = protocol.get(name).load()
+    rows = module.departures(dict(module.BUDGETS["paper"]))
+    assert isinstance(rows, list)
+    for r in rows:
+        assert set(r) == set(protocol.DEPARTURE_KEYS) and r["why"] and r["what"], r
+        assert r["ours"] != r["paper"], r  # a departure is a difference
+
+
+def test_add_departures_fills_the_budget_block_and_refuses_a_bad_row():
+    module = types.SimpleNamespace(departures=lambda v: [{"what": "lr", "ours": v["lr"], "paper": 3e-6, "why": "CPU"}])
+    result = {"provenance": {"budget": {"name": "paper", "values": {"lr": 1e-4}}}}
+    protocol.add_departures(module, result)
+    assert result["budget"]["departures"] == [{"what": "lr", "ours": 1e-4, "paper": 3e-6, "why": "CPU"}]
+    bad = types.SimpleNamespace(departures=lambda v: [{"what": "lr"}])
+    with pytest.raises(InterpError, match="exactly"):
+        protocol.add_departures(bad, {"budget": {"values": {}}})
+    with pytest.raises(InterpError, match="no budget values"):
+        protocol.add_departures(module, {})

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "get", "problems", "require_clean"]
+__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "add_departures", "get", "problems", "require_clean"]
 
 # repro's parameters, in order, each with a default (so `repro()` runs the quick budget)
 REPRO_PARAMETERS = ("progress", "models", "budget", "overrides", "units")
@@ -69,10 +69,12 @@ class Entry:
         from interp.studies.claims import ledger
         from interp.studies.docs import LEDGER_KEY
 
-        result = self.load().repro(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
+        module = self.load()
+        result = module.repro(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
         entries = ledger(self.NAME, result)
         if entries:
             result[LEDGER_KEY] = entries
+        add_departures(module, result)
         return result
 
     def write_doc(self, json_path: str | Path, doc_path: str | Path) -> Path:
@@ -85,6 +87,25 @@ class Entry:
         if "result" in self.order:
             given["result"] = data
         return Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+
+
+DEPARTURE_KEYS = ("what", "ours", "paper", "why")
+
+
+def add_departures(module: Any, result: dict[str, Any]) -> None:
+    """Put `module.departures(values)` -- each way the run's budget differs from the paper's set-up, with
+    both values and why -- into the result's budget block ("budget"), so no single fraction hides one."""
+    prov = result.get("provenance") if isinstance(result.get("provenance"), dict) else {}
+    block = result.get("budget") if isinstance(result.get("budget"), dict) else dict(prov.get("budget") or {})
+    values = block.get("values")
+    if not isinstance(values, dict):
+        raise InterpError(f"study {getattr(module, '__name__', module)} gave no budget values to compare with the paper's")
+    rows = module.departures(values)
+    for r in rows:
+        if not isinstance(r, dict) or set(r) != set(DEPARTURE_KEYS):
+            raise InterpError(f"a departure must be a dict with exactly {DEPARTURE_KEYS}, got {r!r}")
+    block["departures"] = rows
+    result["budget"] = block
 
 
 def require_clean(data: dict[str, Any], json_path: str | Path) -> None:
@@ -130,7 +151,8 @@ def _signature_problems(what: str, fn: Callable, names: Sequence[str], defaults:
 
 def problems(s: Any) -> list[str]:
     """What keeps `s` from being a study (empty when it is one): its NAME, BUDGETS with quick and
-    paper, repro with REPRO_PARAMETERS (all defaulted) and write_doc(json_path, doc_path)."""
+    paper, repro with REPRO_PARAMETERS (all defaulted), write_doc(json_path, doc_path) and, for an `Entry`,
+    its module's `departures(budget_values) -> [{what, ours, paper, why}]`."""
     out = []
     if not isinstance(getattr(s, "NAME", None), str) or not s.NAME:
         out.append("no NAME")
@@ -143,6 +165,8 @@ def problems(s: Any) -> list[str]:
     if isinstance(s, Entry):  # the module underneath: the wrapper must reach real functions
         module = s.load()
         out += _signature_problems(f"{s.module}.repro", module.repro, REPRO_PARAMETERS, True)
+        if not callable(getattr(module, "departures", None)):
+            out.append(f"{s.module} has no departures(budget_values): the ways its budgets differ from the paper's")
         doc_module, _, doc_fn = s.doc.partition(":")
         fn = getattr(importlib.import_module(doc_module), doc_fn, None)
         n = len(s.order.split(","))
