@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import torch
+
 import pytest
 
 from interp.studies import circuits as study
@@ -84,3 +86,15 @@ def test_the_capability_imports_no_study_and_keeps_a_small_surface():
     assert not (folder / "study.py").exists()
     assert len(interp.circuits.__all__) <= 15
     assert study.demo_section.__module__ == "interp.studies.circuits"
+
+
+def test_the_stratified_edge_sample_spreads_over_every_size_of_score():
+    from interp.studies.circuits import stratified_sample
+
+    score = torch.arange(1000.0)
+    pick = stratified_sample(score, 80, seed=0, strata=8)
+    assert len(pick) == 80 and len(set(pick.tolist())) == 80 and pick.tolist() == sorted(pick.tolist())
+    assert torch.bincount(pick // 125, minlength=8).tolist() == [10] * 8  # ten from each eighth of the scores
+    assert not torch.equal(pick, stratified_sample(score, 80, seed=1, strata=8))
+    with pytest.raises(InterpError, match="not possible"):
+        stratified_sample(score, 1001, seed=0)

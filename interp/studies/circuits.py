@@ -4,7 +4,7 @@
     python -m interp.studies.circuits --render --doc docs/circuits.md --out docs/circuits_repro.json
 
 Per model: edge scores by EAP, EAP-IG (5 steps) and exact edge patching (every edge on the zoo
-models, a seeded random sample on SmolLM2), their Pearson and Spearman correlations with the exact
+models, a sample stratified by |EAP-IG score| on SmolLM2), their Pearson and Spearman correlations with the exact
 scores; the circuits of each method scored as the Mechanistic Interpretability Benchmark scores them
 (`interp.circuits.circuit_scores`: faithfulness at MIB's edge fractions, CPR and CMD) beside random
 circuits of the same sizes; on the zoo models a learned head mask (`interp.masking.learn_mask`)
@@ -40,11 +40,12 @@ from interp.errors import InterpError
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import judge
 
-__all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "main", "model_study", "recalibrate_gpu", "regions", "repro", "spearman_gap", "write_doc"]
+__all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "main", "model_study", "recalibrate_gpu", "regions", "repro", "spearman_gap",
+           "stratified_sample", "departures", "write_doc"]
 
 DEFAULT_MODELS = ("zoo:lm-gpt2", "zoo:lm-llama", "zoo:lm-qwen2", "zoo:lm-gemma2", "smollm2-135m")
 ROLE_THRESHOLD = 0.3  # attention / detector score above which a head is given a Wang et al. role
-STUDY, VERSION = "circuits", 3  # 2: units, budgets, the bootstrap; 3: MIB's CPR / CMD, the learned mask
+STUDY, VERSION = "circuits", 4  # 2: units, budgets, the bootstrap; 3: MIB's CPR / CMD, the learned mask; 4: stratified sample
 # n_zoo / n_real: IOI prompts on zoo / real models; exact_zoo / exact_real: edges patched exactly (0: every
 # edge), a seeded random sample otherwise; steps: EAP-IG interpolation steps; boot: resamples of edges;
 # exact_pool: fraction of a model's edges (the EAP-IG top ones) patched exactly for its exact circuits when
@@ -53,12 +54,33 @@ STUDY, VERSION = "circuits", 3  # 2: units, budgets, the bootstrap; 3: MIB's CPR
 # "paper" is this study's full scale (every model, every zoo edge exact), not a copy of one paper's run.
 BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"models": ["zoo:lm-llama"], "n_zoo": 8, "n_real": 4, "exact_zoo": 40, "exact_real": 20, "steps": 2, "seed": 0,
-              "boot": 200, "exact_pool": 0.05, "random": 2, "mask_steps": 20, "mask_sparsity": 0.5},
-    "cpu": {"models": list(DEFAULT_MODELS[:4]), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 200, "steps": 5,
-            "seed": 0, "boot": 1000, "exact_pool": 0.01, "random": 3, "mask_steps": 200, "mask_sparsity": 0.5},
-    "paper": {"models": list(DEFAULT_MODELS), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 200, "steps": 5,
-              "seed": 0, "boot": 1000, "exact_pool": 0.01, "random": 3, "mask_steps": 200, "mask_sparsity": 0.5},
+              "boot": 200, "exact_pool": 0.05, "random": 2, "random_real": 2, "mask_steps": 20, "mask_sparsity": 0.5},
+    "cpu": {"models": list(DEFAULT_MODELS[:4]), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 400, "steps": 5,
+            "seed": 0, "boot": 1000, "exact_pool": 0.01, "random": 20, "random_real": 10, "mask_steps": 200, "mask_sparsity": 0.5},
+    "paper": {"models": list(DEFAULT_MODELS), "n_zoo": 64, "n_real": 8, "exact_zoo": 0, "exact_real": 400, "steps": 5,
+              "seed": 0, "boot": 1000, "exact_pool": 0.01, "random": 20, "random_real": 10, "mask_steps": 200, "mask_sparsity": 0.5},
 }
+# random_real: random circuits drawn as the control on real models (each costs a faithfulness curve);
+# MIN_DRAWS (10) is the fewest a verdict accepts.
+STRATA = 8  # |EAP-IG score| quantile bins the real models' exact edge sample is spread over
+
+
+def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """How a budget differs from the set-ups this study follows: Hanna et al. (2024) for EAP-IG against
+    exact patching on GPT-2 small's IOI, MIB (Mueller et al. 2025) for the circuit scores."""
+    out = [{"what": "models", "ours": values["models"], "paper": ["gpt2-small (Hanna et al.)", "GPT-2, Qwen-2.5-0.5B, "
+            "Gemma-2-2B, Llama-3.1-8B (MIB)"], "why": "no model hub: the zoo's 2-4-layer IOI models and SmolLM2-135M"},
+           {"what": "IOI prompts per model", "ours": {"zoo": values["n_zoo"], "real": values["n_real"]}, "paper": "MIB's IOI "
+            "test split (thousands of prompts)", "why": "CPU: each prompt costs a forward per exactly patched edge"}]
+    if values["exact_real"]:
+        out.append({"what": "edges patched exactly on real models", "ours": f"{values['exact_real']} (stratified sample)",
+                    "paper": "every edge", "why": "SmolLM2 has 70,651 edges; the sample spreads over |EAP-IG| strata"})
+    if values["exact_zoo"]:
+        out.append({"what": "edges patched exactly on zoo models", "ours": values["exact_zoo"], "paper": "every edge",
+                    "why": "budget"})
+    out.append({"what": "exact circuits on real models", "ours": f"the EAP-IG top {values['exact_pool']:.0%} ranked exactly",
+                "paper": "every edge ranked by exact patching", "why": "CPU; scored only up to that fraction"})
+    return out
 
 
 def _corr(a: Graph, b: Graph) -> dict[str, float]:
@@ -78,6 +100,21 @@ def spearman_gap(eap_: Graph, eap_ig_: Graph, exact_: Graph, boot: int, seed: in
     gaps = torch.tensor(gaps).nan_to_num(0.0)
     return {"gap": float(spearmanr(x, z)[0]) - float(spearmanr(y, z)[0]),
             "ci": [float(gaps.quantile(0.025)), float(gaps.quantile(0.975))], "boot": boot}
+
+
+def stratified_sample(score: torch.Tensor, k: int, seed: int, strata: int = STRATA) -> torch.Tensor:
+    """k indices (ascending) spread evenly over `strata` equal-count quantile bins of `score`, drawn at
+    random within each bin: every size of effect is in the sample in proportion, so a correlation over it
+    is not left to which few large edges a simple random draw happens to include."""
+    n = len(score)
+    if not 0 < k <= n:
+        raise InterpError(f"a sample of {k} edges from {n} is not possible")
+    gen = torch.Generator().manual_seed(seed)
+    order = score.detach().cpu().argsort()
+    bins = order.tensor_split(min(strata, k))
+    counts = [k // len(bins) + (i < k % len(bins)) for i in range(len(bins))]
+    picks = [b[torch.randperm(len(b), generator=gen)[:c]] for b, c in zip(bins, counts)]
+    return torch.cat(picks).sort().values
 
 
 def head_roles(model, task, heads: list[tuple[int, int]]) -> list[dict[str, Any]]:
@@ -136,7 +173,8 @@ def _mib(grid, orders: tuple[str, str]) -> dict[str, Any]:
                        "cmd_range": [round(min(rnd["cmd"]), 4), round(max(rnd["cmd"]), 4)] if rnd["cmd"] else None}}
 
 
-def _mask_scores(model, task, gi: Graph, steps: int, sparsity: float, seed: int, progress: bool) -> dict[str, Any]:
+def _mask_scores(model, task, gi: Graph, steps: int, sparsity: float, seed: int, random: int,
+                 progress: bool) -> dict[str, Any]:
     """A learned head mask (hard-concrete, resample ablation, heads only) whose logits rank the heads,
     and EAP-IG's summed |edge score| per head, scored as head circuits beside random head rankings."""
     from interp.masking import learn_mask
@@ -147,7 +185,7 @@ def _mask_scores(model, task, gi: Graph, steps: int, sparsity: float, seed: int,
     L, H = model.cfg.n_layers, model.cfg.n_heads
     logits = torch.tensor(mask.meta["log_alpha"][: L * H]).view(L, H)
     learned = round(time.perf_counter() - t0, 2)
-    grid = head_circuit_scores(model, task, {"mask": logits, "eap-ig heads": gi.heads().values}, random=3, seed=seed,
+    grid = head_circuit_scores(model, task, {"mask": logits, "eap-ig heads": gi.heads().values}, random=random, seed=seed,
                                progress=progress)
     return {"steps": steps, "sparsity": sparsity, "kept_heads": int(mask.heads.sum()), "final_kl": round(mask.meta["final_kl"], 4),
             "seconds": learned, **_mib(grid, ("score", "score"))}
@@ -187,9 +225,7 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
     if (n_exact is None or n_exact == 0 or n_exact >= len(g)) and zoo:
         sample = g
     else:
-        k = min(len(g), n_exact or 200)
-        pick = torch.randperm(len(g), generator=torch.Generator().manual_seed(seed))[:k].sort().values
-        sample = g.select(pick)
+        sample = g.select(stratified_sample(gi.scores.abs(), min(len(g), n_exact or 200), seed))
     x = exact(model, task, sample, progress=progress)
     at = {e: i for i, e in enumerate(zip(g.senders, g.receivers))}
     idx = torch.tensor([at[e] for e in zip(x.senders, x.receivers)])
@@ -215,7 +251,7 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
                       for s, r, v in zip(top_edges.senders, top_edges.receivers, top_edges.scores)],
     })
     if zoo and mask_steps:
-        out["mask"] = _mask_scores(model, task, gi, mask_steps, mask_sparsity, seed, progress)
+        out["mask"] = _mask_scores(model, task, gi, mask_steps, mask_sparsity, seed, random, progress)
     out["total_seconds"] = round(time.perf_counter() - t_start, 1)
     return out
 
@@ -223,8 +259,9 @@ def model_study(spec: str, *, n: int | None = None, n_exact: int | None = None, 
 def _config(spec: str, b: dict[str, Any]) -> dict[str, Any]:
     zoo = spec.startswith("zoo:")
     return {"model": spec, "n": b["n_zoo"] if zoo else b["n_real"], "n_exact": b["exact_zoo"] if zoo else b["exact_real"],
-            "steps": b["steps"], "seed": b["seed"], "boot": b["boot"], "exact_pool": b["exact_pool"], "random": b["random"],
-            "mask_steps": b["mask_steps"] if zoo else 0, "mask_sparsity": b["mask_sparsity"]}
+            "steps": b["steps"], "seed": b["seed"], "boot": b["boot"], "exact_pool": b["exact_pool"],
+            "mask_steps": b["mask_steps"] if zoo else 0, "mask_sparsity": b["mask_sparsity"],
+            "random": b["random"] if zoo else b["random_real"]}
 
 
 def repro(progress: bool = True, models: list[str] | None = None, budget: str = "quick",
