@@ -45,21 +45,43 @@ def test_rates_are_over_all_prompts():
         steer_real.judge("plural", " is")
 
 
+def _flips(rate: float, n: int = 200) -> list[int]:
+    return [1] * round(rate * n) + [0] * (n - round(rate * n))
+
+
 @pytest.mark.parametrize("flip, randoms, want", [
     (0.9, [0.1, 0.2] * 5, "reproduced"),
-    (0.3, [0.1, 0.2] * 5, "partly"),  # outside every random draw, but under half the paper's margin
-    (0.9, [0.1, 0.95] * 5, "not distinguishable from control"),  # a random direction of the same norm flips as often
+    (0.3, [0.1, 0.2] * 5, "partly"),  # its interval excludes 0, but the margin is under half the paper's
+    (0.9, [0.8, 0.95] * 5, "not distinguishable from control"),  # random directions of the same norm flip as often
     (0.05, [0.1, 0.2] * 5, "not reproduced"),  # the flip keeps agreement more often than random pushes do
-    (0.9, [0.1, 0.2], "no control"),  # two random draws: under verdicts.MIN_DRAWS, their range shows no spread
-    (0.9, [0.0] * 20, "no control"),  # twenty draws that all flip nothing: an interval of zero width
+    (0.9, [0.1, 0.2], "no control"),  # two random draws: under verdicts.MIN_DRAWS
+    (1.0, [0.0] * 20, "reproduced"),  # every prompt flipped, no random one: the score interval keeps its width
+    (0.12, [0.1] * 20, "not distinguishable from control"),  # a margin inside the interval at this n
 ])
-def test_claim_uses_the_verdict_rules(flip, randoms, want):
+def test_claim_judges_the_flip_by_an_interval_over_prompts_and_directions(flip, randoms, want):
     from interp.studies.verdicts import rejudge
 
-    c = study.claim("m", "core", flip, randoms)
-    assert c["word"] == want and c["control_ci"] == [min(randoms), max(randoms)] and rejudge({"c": c}) == []
-    unreadable = study.claim("m", "diff", flip, randoms, judged=[0.0, 0.5])  # random pushes that wreck the text
+    c = study.claim("m", "core", _flips(flip), [_flips(r) for r in randoms], boot=300)
+    assert c["word"] == want and rejudge({"c": c}) == [] and c["draws"] == len(randoms) == c["interval"]["n"] // 200 * len(randoms)
+    lo, hi = c["diff_ci"]
+    assert lo <= c["effect"] - c["control"] <= hi and hi > lo and c["mde"] == pytest.approx((hi - lo) / 2)
+    unreadable = study.claim("m", "diff", _flips(flip), [_flips(r) for r in randoms], judged=[0.0, 0.5], boot=300)
     assert unreadable["word"] == "not run" and unreadable["effect"] is None and rejudge({"c": unreadable}) == []
+
+
+def test_flip_difference_interval_covers_prompts_and_directions():
+    """Directions that differ from each other widen the interval beyond what the prompts alone give."""
+    same = study.flip_difference(_flips(0.6), [_flips(0.3)] * 10, boot=500)
+    spread = study.flip_difference(_flips(0.6), [_flips(r) for r in (0.0, 0.6) * 5], boot=500)
+    assert same["diff"] == pytest.approx(spread["diff"]) == pytest.approx(0.3)
+    width = lambda d: d["bootstrap_ci"][1] - d["bootstrap_ci"][0]  # noqa: E731
+    assert width(spread) > width(same)
+    with pytest.raises(InterpError, match="same prompts"):
+        study.flip_difference([1, 0], [[1, 0, 1]], boot=10)
+
+
+def test_chosen_layer_is_never_the_last():
+    assert study.eligible([0, 1, 2, 3], 4) == [0, 1, 2] and study.eligible([3], 4) == []
 
 
 def test_framed_prompts_split_heads_and_balance_numbers(smollm2):
@@ -78,10 +100,17 @@ def test_framed_prompts_split_heads_and_balance_numbers(smollm2):
 
 
 def test_quick_repro_on_a_zoo_model_reports_and_resumes(tmp_path):
+    from interp.studies.verdicts import dicts_in
+
     over = {"layers": [2, 3], "n_dev": 4, "n_test": 6, "dev_tokens": 4, "gap_strengths": [2.0]}
     out = study.repro(progress=False, models=["zoo:lm-gpt2"], budget="quick", overrides=over, units=tmp_path)
     v = out["models"]["zoo:lm-gpt2"]
-    assert set(v["dev_verb_flip"]["core"]) == {"2", "3"} and v["layer"]["core"] in (2, 3)
+    assert set(v["dev_verb_flip"]["core"]) == {"2", "3"}  # the last layer is swept on dev ...
+    assert v["layer"] == {"core": 2, "diff": 2} and v["eligible_layers"] == [2]  # ... but never chosen
+    # the final residual stream is read on test as description: no verdict dict, so no word can rest on it
+    assert v["forced"]["layer"] == 3 and v["forced"]["status"] == "forced" and "word" not in v["forced"]
+    verdicts = [d for _, d in dicts_in(out) if "word" in d and "claim_text" in d]
+    assert verdicts and all(d["claim_text"].startswith("zoo:lm-gpt2: flipping") for d in verdicts)
     assert v["runs"]["unsteered"]["judged"] >= 0.8 and v["runs"]["core"]["judged"] >= 0.0
     # the quick budget's 2 random draws are under verdicts.MIN_DRAWS: its verdict is "no control" by rule
     assert v["random_core"]["verb_flip"]["n"] == 2 and v["core_verdict"]["word"] == "no control"
@@ -92,6 +121,8 @@ def test_quick_repro_on_a_zoo_model_reports_and_resumes(tmp_path):
     assert again["models"] == json.loads(json.dumps(out["models"]))
     with pytest.raises(InterpError, match="layers"):
         study.repro(progress=False, models=["zoo:lm-gpt2"], budget="quick", overrides={"layers": [9]}, units=tmp_path)
+    with pytest.raises(InterpError, match="before the last"):  # only the forced layer: nothing may be chosen
+        study.repro(progress=False, models=["zoo:lm-gpt2"], budget="quick", overrides={"layers": [3]}, units=tmp_path)
 
 
 def test_doc_is_bound_to_its_json_and_moves_with_every_number():

@@ -27,7 +27,8 @@ from interp.tasks import english
 
 __all__ = [
     "Comparison", "compare", "core_axis", "demo_section", "dev_prefixes", "head_number", "judge_continuation",
-    "BUDGETS", "DEFAULT_MODELS", "claim", "doc_regions", "recalibrate_gpu", "repro", "sva_contrast", "write_doc",
+    "BUDGETS", "DEFAULT_MODELS", "claim", "departures", "doc_regions", "eligible", "flip_difference", "recalibrate_gpu",
+    "repro", "sva_contrast", "write_doc",
 ]
 
 
@@ -145,18 +146,64 @@ def dev_prefixes(held_out: Sequence[str], n: int, seed: int) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # the study: `interp repro steering` (units, budgets; see docs/steering.md)
 
-STUDY, VERSION = "steering", 1
+STUDY, VERSION = "steering", 2  # 2: units keep each prompt's flip; the layer is chosen among unforced layers
 DEFAULT_MODELS = ("zoo:lm-gpt2", "zoo:lm-llama", "zoo:lm-gemma2", "zoo:lm-qwen2", "smollm2-135m", "gemma3-270m")
-# layers "all": every block's resid_post. The paper gives no prompt counts for its steering runs, so
-# "paper" is this study's full budget and paper_fraction is n_test / its n_test.
+# layers "all": every block's resid_post (the last one is swept on dev but never chosen: `eligible`).
+# n_dev / n_test / draws are the zoo models'; the real models' (each generation 40-100x dearer on
+# this CPU) are n_dev_real / n_test_real / draws_real. The paper states no prompt counts for its steering
+# runs, so "paper" is this study's full budget (departures() lists how every budget differs from the
+# paper's set-up) and paper_fraction is the real models' n_test over the paper budget's.
 BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"n_fit": 32, "n_dev": 6, "n_test": 8, "dev_tokens": 6, "test_tokens": 14, "draws": 2, "layers": "all",
-              "gap_strengths": [1.5, 2.0], "gen_batch": 32, "seed": 0},
-    "cpu": {"n_fit": 64, "n_dev": 16, "n_test": 20, "dev_tokens": 8, "test_tokens": 14, "draws": 20, "layers": "all",
-            "gap_strengths": [1.5, 2.0], "gen_batch": 20, "seed": 0},
-    "paper": {"n_fit": 256, "n_dev": 64, "n_test": 256, "dev_tokens": 24, "test_tokens": 32, "draws": 20,
-              "layers": "all", "gap_strengths": [1.5, 2.0], "gen_batch": 32, "seed": 0},
+              "gap_strengths": [1.5, 2.0], "gen_batch": 32, "seed": 0, "n_dev_real": 6, "n_test_real": 8,
+              "draws_real": 2, "boot": 200},
+    "cpu": {"n_fit": 64, "n_dev": 64, "n_test": 400, "dev_tokens": 8, "test_tokens": 14, "draws": 20, "layers": "all",
+            "gap_strengths": [1.5, 2.0], "gen_batch": 64, "seed": 0, "n_dev_real": 16, "n_test_real": 64,
+            "draws_real": 10, "boot": 2000},
+    "paper": {"n_fit": 256, "n_dev": 64, "n_test": 400, "dev_tokens": 24, "test_tokens": 32, "draws": 20,
+              "layers": "all", "gap_strengths": [1.5, 2.0], "gen_batch": 64, "seed": 0, "n_dev_real": 64,
+              "n_test_real": 256, "draws_real": 20, "boot": 2000},
 }
+REAL_KEYS = ("n_dev", "n_test", "draws")  # each has a `_real` twin for the BPE models
+
+
+def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """How a budget differs from the paper's set-up (Schiffman 2026; only its abstract is here, so what it
+    does not state is said to be unstated rather than guessed)."""
+    unstated = "not stated in the abstract (the only text of the paper here)"
+    return [
+        {"what": "models", "ours": list(DEFAULT_MODELS), "paper": ["GPT-2 Small", "GPT-2 Medium", "GPT-2 Large", "LLaMA-3.1",
+                                                                  "Gemma-2", "Qwen2.5"],
+         "why": "no model hub here: the zoo's 4-layer models of the four families, trained on synthetic English, and "
+                "the two pretrained models that reach this machine as packages (SmolLM2-135M, Gemma-3-270M)"},
+        {"what": "prompts and judge", "ours": "zoo: english.prefixes judged by its grammar; real: framed subject phrases "
+                                              "judged by word lists (interp.studies.steer_real)",
+         "paper": f"open-ended generation; prompts and judge {unstated}", "why": "the zoo speaks only its synthetic English"},
+        {"what": "judged test prompts per model", "ours": {"zoo": values["n_test"], "real": values["n_test_real"]},
+         "paper": unstated, "why": "CPU: a real model's generation costs 40-100x a zoo model's"},
+        {"what": "dev prompts per layer (layer choice)", "ours": {"zoo": values["n_dev"], "real": values["n_dev_real"]},
+         "paper": unstated, "why": "every layer of both axes is generated on dev"},
+        {"what": "random directions of the same norm (control)", "ours": {"zoo": values["draws"], "real": values["draws_real"]},
+         "paper": f"no control {unstated}", "why": "verdicts need >= 10 draws; CPU bounds the real models'"},
+        {"what": "steered layer", "ours": f"{values['layers']} resid_post swept; chosen per axis on dev among all but the "
+                                          "last (the final residual stream, forced by the readout)",
+         "paper": unstated, "why": "a layer is chosen on held-out data, never where the unembedding forces the flip"},
+        {"what": "generated tokens", "ours": {"dev": values["dev_tokens"], "test": values["test_tokens"]},
+         "paper": f"open-ended; length {unstated}", "why": "CPU; the first verb comes within a few tokens"},
+        {"what": "axis fit prompts", "ours": values["n_fit"], "paper": unstated, "why": "CPU"},
+    ]
+
+
+def _for(b: dict[str, Any], zoo: bool) -> dict[str, Any]:
+    """A budget's values for one kind of model: a real (BPE) model takes the `_real` twins of REAL_KEYS."""
+    return b if zoo else {**b, **{k: b[f"{k}_real"] for k in REAL_KEYS}}
+
+
+def eligible(layers: Sequence[int], n_layers: int) -> list[int]:
+    """The swept layers a flip may be chosen at: all but the last block's resid_post, the final residual
+    stream, where the ACE core of one logit difference is the unembedding's own direction (its gradient
+    there is the readout), so a full flip is forced by the readout and says nothing about the model."""
+    return [l for l in layers if l != n_layers - 1]
 
 
 class _Zoo:
@@ -182,7 +229,8 @@ class _Zoo:
         k, shares = len(js), [sum(not ok for *_, ok in p) / len(p) for p in js if p]
         return {"judged": sum(bool(p) for p in js) / k, "verb_agree": sum(bool(p) and p[0][2] for p in js) / k,
                 "verb_flip": sum(bool(p) and not p[0][2] for p in js) / k, "pronoun_judged": 0.0,
-                "flip_share": sum(shares) / len(shares) if shares else None}
+                "flip_share": sum(shares) / len(shares) if shares else None,
+                "flipped": [int(bool(p) and not p[0][2]) for p in js]}
 
 
 class _Real:
@@ -198,7 +246,8 @@ class _Real:
         return steer_real.fit_task(self.model, n, self.seed)
 
     def rates(self, texts, numbers, completions) -> dict[str, Any]:
-        return steer_real.rates(numbers, completions)
+        return {**steer_real.rates(numbers, completions),
+                "flipped": [int(steer_real.judge(n, c)["verb_flipped"]) for n, c in zip(numbers, completions)]}
 
 
 def _site(layer: int) -> str:
@@ -211,13 +260,16 @@ class _Model:
     def __init__(self, spec: str, b: dict[str, Any]):
         from interp.model import load
 
-        self.spec, self.b = spec, b
+        zoo = spec.startswith("zoo:")
+        self.spec, self.b = spec, _for(b, zoo)
+        b = self.b
         self.model = load(spec)
-        self.lang = (_Zoo if spec.startswith("zoo:") else _Real)(self.model, b)
+        self.lang = (_Zoo if zoo else _Real)(self.model, b)
         n = self.model.cfg.n_layers
         self.layers = list(range(n)) if b["layers"] == "all" else [int(l) for l in b["layers"]]
-        if not self.layers or not all(0 <= l < n for l in self.layers):
-            raise InterpError(f"layers={b['layers']!r}: give 'all' or layers in 0..{n - 1} for {spec}")
+        if not eligible(self.layers, n) or not all(0 <= l < n for l in self.layers):
+            raise InterpError(f"layers={b['layers']!r}: give 'all' or layers in 0..{n - 1} for {spec}, at least one "
+                              f"of them before the last ({n - 1}: the final residual stream, never chosen)")
         self._fit, self._axes, self.seconds = None, {}, 0.0
 
     def axes(self, layer: int) -> dict[str, Any]:
@@ -298,13 +350,50 @@ def _gap_layer(m, best_core: int) -> int | None:
 
 
 def _n_test_runs(b: dict[str, Any], zoo: bool, gap: bool = True) -> int:
-    """Test units of one model: zoo models add the gap runs (when their layer is swept), real ones the bare prompts."""
-    return 3 + 2 * b["draws"] + (((len(b["gap_strengths"]) + 1) * (1 + b["draws"]) + 2) * gap if zoo else 1)
+    """Test units of one model (b: its kind's values, `_for`): unsteered, both axes with their draws, the core
+    at the forced last layer; zoo models add the gap runs (when their layer is swept), real ones the bare prompts."""
+    return 4 + 2 * b["draws"] + (((len(b["gap_strengths"]) + 1) * (1 + b["draws"]) + 2) * gap if zoo else 1)
 
 
 def _work(b: dict[str, Any], n_layers: int, zoo: bool) -> int:
     """Generated token-rows of a budget (what the study's time scales with)."""
+    b = _for(b, zoo)
     return 2 * n_layers * b["n_dev"] * b["dev_tokens"] + _n_test_runs(b, zoo) * b["n_test"] * b["test_tokens"]
+
+
+def _wilson(p: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a rate `p` over `n` trials (never of zero width, even at 0 or 1)."""
+    centre, half = (p + z * z / (2 * n)) / (1 + z * z / n), z / (1 + z * z / n) * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def flip_difference(core: Sequence[int], randoms: Sequence[Sequence[int]], *, boot: int, seed: int = 0) -> dict[str, Any]:
+    """flip(core) - mean flip(random directions) over the same test prompts, with a 95 % interval.
+
+    `core`: each prompt's flip (0/1) under the axis; `randoms`: the same for each random direction.
+    The interval is the hull of two: a bootstrap that resamples prompts and random directions together
+    (`boot` resamples; both sources of chance), and Newcombe's hybrid score interval from the Wilson
+    intervals of the two rates over the n prompts (each prompt's mean over the directions lies in [0, 1],
+    so n is the conservative count for the control), which keeps its width where both rates sit at 0 or 1
+    and every bootstrap resample gives the same difference."""
+    c = torch.tensor(list(core), dtype=torch.float64)
+    r = torch.tensor([list(x) for x in randoms], dtype=torch.float64)  # [draw, prompt]
+    n, d = len(c), len(r)
+    if n == 0 or d == 0 or r.shape[1] != n:
+        raise InterpError(f"flip_difference needs the same prompts in every run: core {n}, random {tuple(r.shape)}")
+    gen = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(n, (boot, n), generator=gen)
+    draws = torch.zeros(boot, d, dtype=torch.float64).scatter_add_(
+        1, torch.randint(d, (boot, d), generator=gen), torch.ones(boot, d, dtype=torch.float64)) / d
+    per_prompt = draws @ r  # [boot, prompt]: each prompt's mean flip over the resampled directions
+    diffs = c[prompts].mean(1) - per_prompt.gather(1, prompts).mean(1)
+    effect, control = float(c.mean()), float(r.mean())
+    (l1, u1), (l2, u2) = _wilson(effect, n), _wilson(control, n)
+    diff = effect - control
+    newcombe = [diff - ((effect - l1) ** 2 + (u2 - control) ** 2) ** 0.5, diff + ((u1 - effect) ** 2 + (control - l2) ** 2) ** 0.5]
+    boot_ci = [float(diffs.quantile(0.025)), float(diffs.quantile(0.975))]
+    return {"effect": effect, "control": control, "diff": diff, "ci": [min(boot_ci[0], newcombe[0]), max(boot_ci[1], newcombe[1])],
+            "bootstrap_ci": boot_ci, "newcombe_ci": newcombe, "n": n, "draws": d, "boot": boot}
 
 
 def _spread(values: list[float]) -> dict[str, Any]:
@@ -313,24 +402,28 @@ def _spread(values: list[float]) -> dict[str, Any]:
             "min": float(t.min()), "max": float(t.max())}
 
 
-def claim(spec: str, axis: str, flip: float, randoms: list[float], judged: list[float] | None = None) -> dict[str, Any]:
+def claim(spec: str, axis: str, core: Sequence[int], randoms: Sequence[Sequence[int]],
+          judged: list[float] | None = None, *, boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """The verdict (interp.studies.verdicts) on "flipping this axis inverts agreement in generation":
-    its flip rate against random directions of the same norm (their mean; told apart when the flip rate
-    lies outside the draws' min-max). The random draws start from the same unsteered model, so they
-    also carry the judge's floor (continuations whose first verb belongs to another noun). When the
-    random pushes leave fewer than JUDGED_MIN of their continuations judged (on average), they cannot
-    show a flip, so they are no control: the claim is then "not run" (effect withheld, `flip` kept)."""
+    `core`, each test prompt's flip (0/1) under the axis, against `randoms`, the same prompts' flips under
+    random directions of the same norm, told apart by the 95 % interval of flip(axis) - mean flip(random)
+    (`flip_difference`; its half-width is the judgement's mde). The random draws start from the same
+    unsteered model, so they also carry the judge's floor (continuations whose first verb belongs to
+    another noun). When the random pushes leave fewer than JUDGED_MIN of their continuations judged (on
+    average), they cannot show a flip, so they are no control: the claim is then "not run" (effect
+    withheld, the flip rate kept in `note`)."""
     from interp.studies.verdicts import judge
 
     name = "core axis" if axis == "core" else "difference-of-means axis (comparison)"
     text = f"{spec}: flipping the {name} inverts verb number beyond random axes of the same norm"
     readable = judged is None or sum(judged) / len(judged) >= JUDGED_MIN
-    out = judge(text, flip if readable else None, sum(randoms) / len(randoms), "greater",
-                control_ci=[min(randoms), max(randoms)], paper=PAPER["flip_rate"], paper_control=PAPER["control_flip_rate"],
-                null="random directions", draws=len(randoms),
-                claim_id="ace.sva_flip_generation" if axis == "core" else None)
+    d = flip_difference(core, randoms, boot=boot, seed=seed)
+    out = judge(text, d["effect"] if readable else None, d["control"], "greater", diff_ci=d["ci"],
+                paper=PAPER["flip_rate"], paper_control=PAPER["control_flip_rate"], null="random directions",
+                draws=d["draws"], claim_id="ace.sva_flip_generation" if axis == "core" else None)
+    out["interval"] = {k: d[k] for k in ("diff", "bootstrap_ci", "newcombe_ci", "n", "boot")}
     if not readable:
-        out["note"] = f"random pushes of this norm leave continuations the judge cannot read; flip rate {flip!r}"
+        out["note"] = f"random pushes of this norm leave continuations the judge cannot read; flip rate {d['effect']!r}"
     return out
 
 
@@ -346,7 +439,8 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
     b = m.b
     dev = {a: {l: _unit(units, m, "dev", a, l) for l in tqdm(m.layers, desc=f"{m.spec}: dev {a}", disable=not progress)}
            for a in ("core", "diff")}
-    best = {a: max(m.layers, key=lambda l: (dev[a][l]["verb_flip"], -l)) for a in ("core", "diff")}
+    last, chosen = m.model.cfg.n_layers - 1, eligible(m.layers, m.model.cfg.n_layers)
+    best = {a: max(chosen, key=lambda l: (dev[a][l]["verb_flip"], -l)) for a in ("core", "diff")}
     runs = [("unsteered", None)] + [(a, best[a]) for a in ("core", "diff")]
     # draws interleaved (core 0, diff 0, core 1, ...): a run stopped early holds matched draws of both controls
     runs += [(f"random_{a}_{i}", best[a]) for i in range(b["draws"]) for a in ("core", "diff")]
@@ -358,6 +452,7 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
         runs += [(f"core@{s:g}", gap) for s in strengths] + [("core_mid", gap), ("diff@1", gap)]
         runs += [(f"random_core_x{s:g}_{i}", gap) for s in strengths for i in range(b["draws"])]
     test = {r: _unit(units, m, "test", r, l) for r, l in tqdm(runs, desc=f"{m.spec}: test", disable=not progress)}
+    forced = _unit(units, m, "test", "core", last) if last in m.layers else None
     texts, numbers = m.lang.prompts("test", b["n_test"])
     keys = ("judged", "verb_agree", "verb_flip", "pronoun_judged", "flip_share")
     out: dict[str, Any] = {
@@ -365,15 +460,18 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
         "dev_verb_flip": {a: {str(l): dev[a][l]["verb_flip"] for l in m.layers} for a in dev},
         "dev_judged": {a: min(dev[a][l]["judged"] for l in m.layers) for a in dev},
         "layer": {a: best[a] for a in best}, "site": {a: f"blocks.{best[a]}.hook_resid_post" for a in best},
+        "eligible_layers": chosen, "forced_layer": last,
         "cosine": test["core"]["cosine"], "displacement": {a: test[a]["displacement"][a] for a in best},
         "runs": {r: {k: test[r][k] for k in keys} for r in ("unsteered", "unsteered_bare", "core", "diff") if r in test},
     }
     for a in ("core", "diff"):
-        flips = [test[f"random_{a}_{i}"]["verb_flip"] for i in range(b["draws"])]
-        out[f"random_{a}"] = {"verb_flip": _spread(flips), "judged": _spread([test[f"random_{a}_{i}"]["judged"]
-                                                                            for i in range(b["draws"])])}
-        out[f"{a}_verdict"] = claim(m.spec, a, test[a]["verb_flip"], flips,
-                                    [test[f"random_{a}_{i}"]["judged"] for i in range(b["draws"])])
+        draws = [test[f"random_{a}_{i}"] for i in range(b["draws"])]
+        out[f"random_{a}"] = {"verb_flip": _spread([r["verb_flip"] for r in draws]),
+                              "judged": _spread([r["judged"] for r in draws])}
+        out[f"{a}_verdict"] = claim(m.spec, a, test[a]["flipped"], [r["flipped"] for r in draws],
+                                    [r["judged"] for r in draws], boot=b["boot"], seed=b["seed"])
+    if forced is not None:  # the final residual stream: described, never judged (its flip is forced by the readout)
+        out["forced"] = {"layer": last, "status": "forced", **{k: forced[k] for k in ("judged", "verb_flip")}}
     if gap is not None:
         core1 = test["core@1"]["completions"]
         out["gap"] = {
@@ -412,9 +510,10 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     out: dict[str, Any] = {"paper": PAPER, "models": {}}
     for spec in (list(models) if models else list(DEFAULT_MODELS)):
         out["models"][spec] = _model_result(store, _Model(spec, b), progress)
-    total = sum(len(v["dev_verb_flip"]["core"]) * 2 + _n_test_runs(b, s.startswith("zoo:"), "gap" in v)
+    total = sum(len(v["dev_verb_flip"]["core"]) * 2 + _n_test_runs(_for(b, s.startswith("zoo:")), s.startswith("zoo:"),
+                                                                    "gap" in v) - ("forced" not in v)
                 for s, v in out["models"].items())
-    fraction = b["n_test"] / BUDGETS["paper"]["n_test"]
+    fraction = b["n_test_real"] / BUDGETS["paper"]["n_test_real"]
     out["budget"] = budget_record(budget, b, fraction, total, total)
     out["provenance"] = provenance(budget, b, fraction, time.perf_counter() - start, total, total, units_run=store.ran)
     # measured on this run (varies run to run), so provenance, not the result
