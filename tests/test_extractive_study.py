@@ -50,8 +50,8 @@ def test_aggregating_the_stored_units_only(quick, units, tmp_path):
 def _mean(**values):
     m = {k: v for k, v in values.items()}
     for k, v in values.items():
-        m[k + "_per_seed"] = [v]
-    m.setdefault("seeds", 1)
+        m[k + "_per_seed"] = [v * 0.97, v, v * 1.03]  # three seeds: an interval to judge on
+    m.setdefault("seeds", 3)
     return m
 
 
@@ -61,29 +61,30 @@ BASE = dict(first_impl_after=2.0, first_impl_before=9.0, second_impl_after=3.0, 
 
 def test_a_graft_worse_than_the_facts_alone_is_not_a_transfer():
     """Issue 26: grafting beat the control graft but not the facts delta alone, and was called "partly"."""
-    v = extractive.verdicts(_mean(second_learned_seeds=1, **BASE), {})
+    v = extractive.verdicts(_mean(second_learned_seeds=3, **BASE), {})
     assert v["grafting"]["vs_control"]["word"] == REPRODUCED
     assert v["grafting"]["vs_facts_alone"]["word"] == "not reproduced"
     assert v["grafting"]["word"] == "not reproduced"
-    better = extractive.verdicts(_mean(second_learned_seeds=1, **{**BASE, "graft": 1.0}), {})
+    better = extractive.verdicts(_mean(second_learned_seeds=3, **{**BASE, "graft": 1.0}), {})
     assert better["grafting"]["word"] == REPRODUCED
 
 
 def test_second_hop_implications_are_not_read_when_its_facts_were_not_learned():
     v = extractive.verdicts(_mean(second_learned_seeds=0, **BASE), {})
     assert v["second_hop"]["word"] == NOT_RUN and v["second_hop"]["effect"] is None and not v["second_hop_learned"]
-    v = extractive.verdicts(_mean(second_learned_seeds=1, **BASE), {})
+    v = extractive.verdicts(_mean(second_learned_seeds=3, **BASE), {})
     assert v["second_hop"]["word"] == REPRODUCED
 
 
-def test_several_seeds_must_each_agree():
+def test_seeds_on_both_sides_of_zero_are_not_told_apart():
     m = _mean(second_learned_seeds=2, **BASE)
     m["seeds"] = 2
     for k in BASE:
         m[k + "_per_seed"] = [BASE[k], BASE[k]]
     m["graft_per_seed"], m["graft_control_per_seed"] = [3.0, 6.0], [5.0, 5.0]  # one seed each side
     v = extractive.verdicts(m, {})
-    assert v["grafting"]["vs_control"]["diff_ci"] == [-2.0, 1.0]
+    lo, hi = v["grafting"]["vs_control"]["diff_ci"]
+    assert lo < 0 < hi and (lo + hi) / 2 == pytest.approx(-0.5)
     assert v["grafting"]["vs_control"]["word"] == "not distinguishable from control"
 
 
@@ -104,3 +105,22 @@ def test_bad_budget_input_is_refused(units):
         extractive.repro(progress=False, budget="quick", overrides={"epoch": 3}, units=units)
     with pytest.raises(InterpError, match="relation"):
         extractive.repro(progress=False, budget="quick", overrides={"relation": "zong"}, units=units)
+
+
+def test_one_seed_tells_nothing_apart_and_three_use_a_t_interval():
+    assert extractive._rule([2.0], [9.0]) == {}
+    lo, hi = extractive._rule([1.0, 2.0, 3.0], [9.0, 9.0, 9.0])["diff_ci"]
+    assert (lo + hi) / 2 == pytest.approx(-7.0) and (hi - lo) / 2 == pytest.approx(4.3027 * 1.0 / 3 ** 0.5, rel=1e-3)
+
+
+def test_early_and_late_layers_are_judged_hop_against_hop():
+    def seed(e1, l1, e2, l2):
+        return {"layers": {"method": "frozen", "early_only": {"first_hop": {"implications_rank": e1}, "second_hop": {"implications_rank": e2}},
+                           "late_only": {"first_hop": {"implications_rank": l1}, "second_hop": {"implications_rank": l2}}}}
+    per = {"0": seed(1.0, 8.0, 9.0, 7.0), "1": seed(2.0, 8.5, 8.5, 7.5), "2": seed(1.5, 9.0, 9.0, 6.5)}
+    v = extractive._early_late(per, "m")
+    assert v["claim_id"] == "es.early_late_layers" and v["word"] == REPRODUCED
+    assert v["effect"] == pytest.approx(-7.0) and v["control"] == pytest.approx(5.5 / 3)
+    same = {k: seed(1.0, 8.0, 1.0 + i, 8.0) for i, k in enumerate("012")}
+    assert extractive._early_late(same, "m")["word"] != REPRODUCED
+    assert extractive._early_late({"0": {"hops": {}}}, "m") is None

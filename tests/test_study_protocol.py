@@ -140,3 +140,19 @@ def test_add_departures_fills_the_budget_block_and_refuses_a_bad_row():
         protocol.add_departures(bad, {"budget": {"values": {}}})
     with pytest.raises(InterpError, match="no budget values"):
         protocol.add_departures(module, {})
+
+
+def test_every_doc_gets_its_claims_and_departures_regions_bound_to_its_json(tmp_path):
+    from interp.studies import docs
+
+    doc = tmp_path / "x.md"
+    doc.write_text("# x\n\nprose\n")
+    data = {docs.LEDGER_KEY: [{"id": "a.b", "paper": "p", "text": "rank 4 keeps 99 %", "word": "not run",
+                               "needs": "about 2 CPU hours"}],
+            "budget": {"values": {}, "departures": [{"what": "lr", "ours": 1e-4, "paper": 3e-6, "why": "8 epochs"}]}}
+    docs.write_common(doc, data)
+    text = doc.read_text()
+    assert "<!-- gen:paper_claims -->" in text and "<!-- gen:departures -->" in text and "`0.0001`" in text
+    assert docs.check(text, data) == [] and "`2` CPU hours" in text
+    docs.write_common(doc, data)  # a second fill replaces the regions, not appends them again
+    assert doc.read_text().count("<!-- gen:departures -->") == 1

@@ -45,12 +45,10 @@ CLAIMS: tuple[Claim, ...] = (
           "heuristic-core"),
     Claim("hc.core_is_heuristic", "heuristic-core", "the core heads compute shallow, non-generalizing features: alone they "
           "keep in-distribution but not out-of-distribution behaviour", "heuristic-core"),
-    Claim("hc.core_emerges_early", "heuristic-core", "the core heads emerge early in training", None,
-          "training checkpoints of one zoo model (interp.train with checkpoints every k steps) and the core at each; "
-          "about 1 CPU hour for lm-gpt2's recipe"),
+    Claim("hc.core_emerges_early", "heuristic-core", "the core heads emerge early in training", "heuristic-core",
+          "a budget with emergence_recipe set: a zoo recipe retrained with checkpoints, its final core traced back"),
     Claim("hc.generalization_adds_heads", "heuristic-core", "generalization comes from additional heads that read the core "
-          "heads' outputs", None, "path patching from core heads into the non-core heads of generalizing masks, per mask; "
-          "runs on the stored masks"),
+          "heads' outputs", "heuristic-core", "a model whose masks share at least one head (a non-empty core)"),
     # Interpretability Illusions
     Claim("il.svd_faithful_id", "illusions", "rank-4 SVD / clustering of key-query embeddings keep near-100 % prediction "
           "similarity in distribution", "illusions"),
@@ -70,22 +68,19 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("ace.markov_spectra", "cores", "Markov-chain transformers recover the chain's transition spectrum in a 3D core",
           "cores"),
     Claim("ace.markov_orthogonal", "cores", "independently trained Markov models embed their cores in nearly orthogonal "
-          "subspaces", None, "principal angles between the stored seeds' cores against random 3-planes (minutes)"),
+          "subspaces", "cores"),
     Claim("ace.modular_cyclic", "cores", "modular-addition transformers form compact cyclic cores at grokking that later "
-          "inflate under regularization", None, "a modular-addition model trained past grokking with checkpoints; "
-          "about 1 CPU hour"),
+          "inflate under regularization", "grokking"),
     Claim("ace.inverse_scaling", "cores", "redundancy speeds grokking: grokking time falls with core redundancy (an "
-          "inverse scaling law)", None, "modular-addition models of several widths trained to grokking, several seeds "
-          "each; several CPU hours"),
+          "inverse scaling law)", "grokking"),
     Claim("ace.sva_single_axis", "cores", "subject-verb agreement is carried by a single axis", "cores"),
-    Claim("ace.sva_axis_aligns", "cores", "the agreement axis aligns across architectures", None,
-          "cross-model alignment of the axis at layers the unembedding does not force, against random directions"),
+    Claim("ace.sva_axis_aligns", "cores", "the agreement axis aligns across architectures", "cores"),
     Claim("ace.sva_flip_generation", "cores", "flipping the axis inverts grammatical number in open-ended generation",
           "steering"),
     Claim("ace.ioi_two_site_cores", "cores", "IOI routes through compact cores at two sites linked by a linear operator",
           "cores"),
     Claim("ace.ioi_operator_transfers", "cores", "the IOI operator transfers across model families (6 of 12 pairs beat "
-          "the control)", None, "the zoo IOI operators applied across families against random operators of the same norm"),
+          "the control)", "cores"),
     Claim("ace.real_core_sufficient", "cores", "in pretrained LMs the core alone is sufficient for the task", "cores"),
     # Generalization by Specialization
     Claim("gs.task_specific", "specialization", "weight activations are task-specific", "specialization"),
@@ -100,7 +95,7 @@ CLAIMS: tuple[Claim, ...] = (
           "extractive"),
     Claim("es.data_ordering", "extractive", "facts-first pretraining generalizes, implications-first does not",
           "extractive"),
-    Claim("es.early_late_layers", "extractive", "facts learned at early and at late layers generalize differently", None,
+    Claim("es.early_late_layers", "extractive", "facts learned at early and at late layers generalize differently", "extractive",
           "a verdict on the stored layer-frozen fine-tunes: early-only vs late-only implication ranks with per-seed "
           "intervals, beside a random-layer-split control"),
 )

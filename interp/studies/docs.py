@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from interp.errors import InterpError
-from interp.storage import fill_between
+from interp.storage import fill_between, write_text_atomic
 from interp.studies.verdicts import dicts_in
 
-__all__ = ["Checker", "Render", "check", "get", "headline_verdicts", "keys_of", "paper_ledger", "papers_table", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
+__all__ = ["COMMON_REGIONS", "Checker", "Render", "check", "common_regions", "write_common", "get", "headline_verdicts", "keys_of", "paper_ledger", "papers_table", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
            "ALLOWED_BLOCKS"]
 
 # a number not glued to a word or a hyphenated name ("h0", "L3H2", "Gemma-3", "4-layer" are labels),
@@ -384,3 +384,50 @@ README_BEGIN, README_END = "<!-- gen:studies -->", "<!-- /gen:studies -->"
 def write_readme(readme: str | Path, docs_dir: str | Path) -> Path:
     """Refill the README's study table from the committed JSONs."""
     return fill_between(readme, README_BEGIN, README_END, readme_table(docs_dir))
+
+
+# Two regions every study doc carries, filled from its JSON by `interp.studies.protocol.Entry.write_doc`
+# after the study's own writer: its paper's claims with their words, and its budget's departures.
+COMMON_REGIONS = {LEDGER_KEY: "Every claim of the paper", "departures": "How this budget departs from the paper"}
+
+
+def _label(value: Any) -> str:
+    """A value as a code span: a label, not a reported number (configuration, not a measurement)."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return "`" + text.replace("`", "'") + "`"
+
+
+def _plain(text: str) -> str:
+    """Prose with each token that holds a digit put in a code span (a label, e.g. "8 epochs" in a reason)."""
+    return re.sub(r"[^\s`|]*\d[^\s`|]*", lambda m: f"`{m.group(0)}`", text.replace("|", "/"))
+
+
+def common_regions(data: dict) -> dict[str, str]:
+    """The bodies of COMMON_REGIONS for a study JSON: its "paper_claims" (word, and what a claim not run
+    would need) and its budget block's "departures" (ours beside the paper's, and why)."""
+    r = Render(data)
+    claims = ["| claim | word | from / what it would need |", "|---|---|---|"]
+    for e in data.get(LEDGER_KEY) or []:
+        where = ", ".join(f"`{v}`" for v in e.get("verdicts", [])) or _plain(e.get("needs", ""))
+        claims.append(f"| `{e['id']}`: {_plain(e['text'])} | **{e['word']}** | {where} |")
+    if len(claims) == 2:
+        claims = ["No claim of the five papers is judged by this study."]
+    rows = (data.get("budget") or {}).get("departures")
+    deps = ["| what | ours | the paper's | why |", "|---|---|---|---|"]
+    deps += [f"| {_plain(d['what'])} | {_label(d['ours'])} | {_label(d['paper'])} | {_plain(d['why'])} |" for d in rows or []]
+    if rows is None:
+        deps = ["This JSON lists no departures: it was made before studies listed them; rerun its aggregation."]
+    elif not rows:
+        deps = ["None: this budget is the paper's set-up."]
+    return {LEDGER_KEY: r.region("\n".join(claims)), "departures": r.region("\n".join(deps))}
+
+
+def write_common(doc: str | Path, data: dict) -> Path:
+    """Fill COMMON_REGIONS in `doc`, first appending a section for each region it lacks."""
+    path = Path(doc)
+    text = path.read_text()
+    missing = [n for n in COMMON_REGIONS if f"<!-- gen:{n} -->" not in text]
+    if missing:
+        text = text.rstrip("\n") + "".join(f"\n\n## {COMMON_REGIONS[n]}\n\n<!-- gen:{n} -->\n<!-- /gen:{n} -->" for n in missing) + "\n"
+        write_text_atomic(path, text)
+    return write(path, common_regions(data))

@@ -86,7 +86,11 @@ class Entry:
         require_clean(data, json_path)
         if "result" in self.order:
             given["result"] = data
-        return Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+        from interp.studies.docs import write_common
+
+        out = Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+        write_common(doc_path, data)
+        return out
 
 
 DEPARTURE_KEYS = ("what", "ours", "paper", "why")
@@ -125,6 +129,7 @@ REGISTRY: dict[str, Entry] = {s.NAME: s for s in (
     Entry("circuits", "interp.studies.circuits", "interp.studies.circuits:write_doc", "doc,result"),
     Entry("cores", "interp.studies.cores", "interp.studies.ace_docs:update", "doc,json"),
     Entry("extractive", "interp.studies.extractive", "interp.studies.extractive_doc:write_doc", "doc,json"),
+    Entry("grokking", "interp.studies.grokking", "interp.studies.grokking:write_doc", "doc,json"),
     Entry("heuristic-core", "interp.studies.heuristic_core", "interp.studies.heuristic_core_doc:write_doc", "doc,json"),
     Entry("illusions", "interp.studies.illusions", "interp.studies.illusions:write_doc", "doc,json"),
     Entry("specialization", "interp.studies.specialization", "interp.studies.specialization:write_doc", "result,doc"),
