@@ -197,11 +197,16 @@ def _scores(r: Render, d: dict) -> str:
 
 
 def _verdicts(r: Render, d: dict) -> str:
-    out = ["| model | claim | effect (mean rank) | control (mean rank) | verdict |", "|---|---|---|---|---|"]
+    out = ["| model | claim | effect (mean rank) | control (mean rank) | effect - control, `95 %` t-interval over seeds "
+           "(width) | smallest detectable | verdict |", "|---|---|---|---|---|---|---|"]
 
     def row(label: str, ptr: str, v: dict) -> str:
         effect = "—" if v["effect"] is None else r.num(ptr + "/effect")
-        return f"| {label} | {r.text(ptr + '/claim_text')} | {effect} | {r.num(ptr + '/control')} | {r.text(ptr + '/word')} |"
+        ci = (f"[{r.num(ptr + '/diff_ci/0')}, {r.num(ptr + '/diff_ci/1')}] ({r.num(ptr + '/interval_widths/effect - control')})"
+              if "diff_ci" in v else "none")
+        mde = r.num(ptr + "/mde") if v.get("mde") is not None else "—"
+        return (f"| {label} | {r.text(ptr + '/claim_text')} | {effect} | {r.num(ptr + '/control')} | {ci} | {mde} | "
+                f"{r.text(ptr + '/word')} |")
 
     for spec, m in d["models"].items():
         v = m["verdicts"]
@@ -210,7 +215,9 @@ def _verdicts(r: Render, d: dict) -> str:
         out.append(row(f"`{spec}`", base + "/second_hop", v["second_hop"]))
         out.append(row(f"`{spec}`", base + "/grafting/vs_control", v["grafting"]["vs_control"]))
         out.append(row(f"`{spec}`", base + "/grafting/vs_facts_alone", v["grafting"]["vs_facts_alone"]))
-        out.append(f"| `{spec}` | grafting, against both controls | | | {r.text(base + '/grafting/word')} |")
+        out.append(f"| `{spec}` | grafting, against both controls | | | | | {r.text(base + '/grafting/word')} |")
+        if "early_late_layers" in v:
+            out.append(row(f"`{spec}`", base + "/early_late_layers", v["early_late_layers"]))
     out.append(row("zoo scale", "/verdicts/data_ordering", d["verdicts"]["data_ordering"]))
     return r.region("\n".join(out))
 
