@@ -15,6 +15,7 @@ from interp.cores import Core, controls, extract, validate
 from interp.errors import InterpError
 from interp.studies import ace_docs, ace_real
 from interp.studies import cores as cores_study
+from interp.studies import cores_zoo
 from interp.studies.verdicts import rejudge
 from interp.tasks import english, markov
 
@@ -133,3 +134,71 @@ def test_quick_study_is_one_json_of_units_with_controls(quick):
     json.dumps(r)  # one JSON
     md = ace_docs.repro_markdown(r)
     assert r["markov"]["verdict"] in md and r["sva"]["verdict"] in md
+
+
+def test_bootstrap_interval_tells_a_better_prediction_apart_and_a_copy_not():
+    g = torch.Generator().manual_seed(0)
+    y = torch.randn(200, 3, generator=g)
+    noisy = y + torch.randn(200, 3, generator=g)
+    lo, hi = controls.bootstrap_r2_diff(y, noisy, y, n_boot=200)
+    assert 0 < lo <= hi  # the exact prediction beats the noisy one on every resample
+    assert controls.bootstrap_r2_diff(noisy, noisy, y, n_boot=50) == [0.0, 0.0]  # a map against itself: nothing to tell apart
+
+
+class _Cfg:
+    def __init__(self, n_layers):
+        self.n_layers = n_layers
+
+
+class _Model:
+    def __init__(self, n_layers):
+        self.cfg = _Cfg(n_layers)
+
+
+@pytest.mark.parametrize("n_layers,count", [(30, 2), (18, 2), (18, 0), (4, 6), (2, 1)])
+def test_real_model_layers_never_include_the_forced_last(n_layers, count):
+    layers = ace_real.default_layers(_Model(n_layers), count)
+    assert layers and max(layers) == n_layers - 2 and n_layers - 1 not in layers
+    assert len(layers) == (min(count, n_layers - 1) if count else n_layers - 1)
+
+
+def test_the_axis_layer_is_never_the_forced_last_even_where_the_last_is_best():
+    def layer(flipped, removed):
+        return {"axis": {"validation": {"core_flipped": {"binary_accuracy": {"core": flipped}},
+                                        "core_removed": {"binary_accuracy": {"core": removed}}}}}
+
+    layers = {"b0": layer(0.9, 0.9), "b1": layer(0.2, 0.5), "b2": layer(0.2, 0.4), "b3": layer(0.0, 0.0)}
+    assert cores_zoo.unforced_layer(layers, "b3") == "b2"  # the last wins everywhere but is never read
+
+
+@pytest.mark.parametrize("effect,word", [(0.9, "reproduced"), (0.5, "not distinguishable from control"), (0.1, "not reproduced")])
+def test_alignment_and_transfer_words_follow_their_random_draws(effect, word):
+    draws = [0.3 + 0.02 * i for i in range(20)]  # 0.3 .. 0.68
+    pair = {"r2_heldout": effect, "random_directions_mean": sum(draws) / 20, "random_directions_min": min(draws),
+            "random_directions_max": max(draws), "random_directions_n": 20}
+    cores_zoo.alignment_judges({"a->b": pair})
+    assert pair["judge"]["word"] == word and pair["judge"]["claim_id"] == "ace.sva_axis_aligns"
+    t = {"r2_after_transfer": effect, "random_operators": controls.spread(draws), "control_mean": 0.5, "control_min": 0.3,
+         "control_max": 0.68, "control_n": 20}
+    cores_zoo.transfer_judges({"a->b": t})
+    assert t["judges"]["random"]["word"] == word and t["judges"]["random"]["mde"] == pytest.approx(0.19)
+    few = dict(pair, random_directions_n=5)  # too few draws: a control that cannot show its spread
+    cores_zoo.alignment_judges({"a->b": few})
+    assert few["judge"]["word"] == "no control"
+
+
+def test_cores_as_far_apart_as_random_planes_are_forced_not_orthogonal():
+    from interp.studies.verdicts import verdict
+
+    rp = cores_study.random_plane_angles(64, 3, n=400, seed=1)
+    judge = lambda angle: verdict(angle, rp["mean"][0], "greater", control_ci=[rp["p05"][0], rp["p95"][0]],  # noqa: E731
+                                  null="random subspaces", draws=rp["pairs"], setup_control=True)
+    assert judge(rp["mean"][0]) == "forced"  # near-orthogonal, as any two random 3-planes in 64 dimensions are
+    assert judge(rp["p05"][0] / 2) == "not reproduced" and judge(1.56) == "reproduced"
+
+
+@pytest.mark.parametrize("budget", sorted(cores_study.BUDGETS))
+def test_every_budget_lists_its_departures_beside_the_paper(budget):
+    rows = cores_study.departures(cores_study.BUDGETS[budget])
+    assert rows and all(set(r) == {"what", "ours", "paper", "why"} for r in rows)
+    assert any("GPT-2" in r["paper"] for r in rows)

@@ -34,7 +34,7 @@ from interp.interventions import Project
 from interp.tasks.base import Task
 
 __all__ = [
-    "MIN_DRAWS", "beats_every_draw", "heldout_k", "match_eigenvalues", "operator_baselines", "readout_share",
+    "MIN_DRAWS", "beats_every_draw", "bootstrap_r2_diff", "heldout_k", "match_eigenvalues", "operator_baselines", "readout_share",
     "sequence_activations", "spectrum_controls", "spread",
 ]
 
@@ -123,15 +123,30 @@ def _r2(pred: Tensor, y: Tensor) -> float:
     return linalg.r2_score(pred.float(), y.float())
 
 
+def bootstrap_r2_diff(pred_a: Tensor, pred_b: Tensor, y: Tensor, *, n_boot: int = 1000, seed: int = 0,
+                      level: float = 0.95) -> list[float]:
+    """The percentile bootstrap interval (`level`) of R²(pred_a, y) - R²(pred_b, y) over rows of y resampled
+    with replacement (`n_boot` resamples): how far apart two predictions of the same held-out rows are."""
+    g = torch.Generator().manual_seed(seed)
+    diffs = []
+    for _ in range(n_boot):
+        idx = torch.randint(len(y), (len(y),), generator=g)
+        diffs.append(_r2(pred_a[idx], y[idx]) - _r2(pred_b[idx], y[idx]))
+    d = torch.tensor(diffs, dtype=torch.float64)
+    q = (1 - level) / 2
+    return [float(d.quantile(q)), float(d.quantile(1 - q))]
+
+
 def operator_baselines(model, core_in: Core, core_out: Core, fit: Task, test: Task, *, n_draws: int = MIN_DRAWS,
-                       seed: int = 0) -> dict[str, Any]:
+                       seed: int = 0, n_boot: int = 1000) -> dict[str, Any]:
     """Held-out R² (on `test`) of the site-to-site operator beside its baselines:
 
     identity: core_out's coordinates of the *input* site's activation, z_out ≈ B_outᵀ(h_in − μ_in)
     (the residual stream carried unchanged); identity_through_core: only the input core's part of
     h_in carried, B_outᵀ P_in (h_in − μ_in); shuffled_rows: the least-squares fit on `fit` with its
     target rows permuted; random: the fit between random subspaces of the same k_in and k_out at
-    the two sites (`n_draws` draws, `linalg.random_basis`)."""
+    the two sites (`n_draws` draws, `linalg.random_basis`). `*_ci`: 95 % bootstrap intervals over the
+    held-out rows (`bootstrap_r2_diff`, `n_boot` resamples) of the operator's R² minus each map's."""
     from interp.cores.analysis import activations
 
     h_in_fit, h_out_fit = activations(model, fit, core_in.site), activations(model, fit, core_out.site)
@@ -140,8 +155,9 @@ def operator_baselines(model, core_in: Core, core_out: Core, fit: Task, test: Ta
     y = core_out.coordinates(h_out)
     op = operator_from(x_fit, y_fit, source=core_in.site, target=core_out.site)
     centred = h_in - core_in.mean
-    identity = _r2(centred @ core_out.basis, y)
-    through = _r2((centred @ core_in.basis) @ (core_in.basis.T @ core_out.basis), y)
+    ident_pred = centred @ core_out.basis
+    through_pred = (centred @ core_in.basis) @ (core_in.basis.T @ core_out.basis)
+    op_pred = op(core_in.coordinates(h_in))
     perm = torch.randperm(len(y_fit), generator=torch.Generator().manual_seed(seed))
     shuffled = operator_from(x_fit, y_fit[perm], source=core_in.site, target=core_out.site)
     d = core_in.d_model
@@ -150,9 +166,12 @@ def operator_baselines(model, core_in: Core, core_out: Core, fit: Task, test: Ta
         b_in, b_out = linalg.random_basis(d, core_in.k, seed + i), linalg.random_basis(d, core_out.k, seed + 1000 + i)
         m = operator_from((h_in_fit - core_in.mean) @ b_in, (h_out_fit - core_out.mean) @ b_out, source="-", target="-")
         random.append(_r2(m((h_in - core_in.mean) @ b_in), (h_out - core_out.mean) @ b_out))
-    return {"operator_r2_heldout": _r2(op(core_in.coordinates(h_in)), y), "identity_r2": identity,
-            "identity_through_core_r2": through, "shuffled_rows_r2": _r2(shuffled(core_in.coordinates(h_in)), y),
-            "random_subspaces_r2": spread(random)}
+    return {"operator_r2_heldout": _r2(op_pred, y), "identity_r2": _r2(ident_pred, y),
+            "identity_through_core_r2": _r2(through_pred, y), "shuffled_rows_r2": _r2(shuffled(core_in.coordinates(h_in)), y),
+            "random_subspaces_r2": spread(random),
+            "operator_minus_identity_ci": bootstrap_r2_diff(op_pred, ident_pred, y, n_boot=n_boot, seed=seed),
+            "operator_minus_identity_through_core_ci": bootstrap_r2_diff(op_pred, through_pred, y, n_boot=n_boot, seed=seed),
+            "n_heldout_rows": int(len(y))}
 
 
 def heldout_k(model, core: Core, task: Task, *, fraction: float = 0.99) -> dict[str, Any]:

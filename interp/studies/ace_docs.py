@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from interp.studies.docs import Render, pointer, write
+from interp.studies.verdicts import against_all, combine
 
 __all__ = ["cores_regions", "repro_markdown", "splice", "update"]
 
@@ -87,11 +88,13 @@ def _markov(r: _R, m: dict[str, Any]) -> dict[str, str]:
     out["markov_controls"] = r.region(_table(["seed", "core", "random 3-planes: mean", "min", "max", "PCA", "class means",
                                               "one-hot state (no model)", "verdict"], rows))
     rp = m["random_planes"]
-    rows = [[pair.replace("|", " vs "), *[r.num(pointer("markov", "principal_angles_rad", pair, i)) for i in range(len(a))]]
-            for pair, a in m["principal_angles_rad"].items()]
+    judges = m.get("orthogonality_judges", {})
+    rows = [[pair.replace("|", " vs "), *[r.num(pointer("markov", "principal_angles_rad", pair, i)) for i in range(len(a))],
+             judges[pair]["word"] if pair in judges else ""] for pair, a in m["principal_angles_rad"].items()]
     for label, key in (("random planes: mean", "mean"), ("random: 5th percentile", "p05"), ("random: 95th percentile", "p95")):
-        rows.append([label, *[r.num(pointer("markov", "random_planes", key, i)) for i in range(rp["k"])]])
-    out["markov_angles"] = r.region(_table(["pair", *[f"angle {'abcdefgh'[i]} (rad)" for i in range(rp["k"])]], rows))
+        rows.append([label, *[r.num(pointer("markov", "random_planes", key, i)) for i in range(rp["k"])], ""])
+    out["markov_angles"] = r.region(_table(["pair", *[f"angle {'abcdefgh'[i]} (rad)" for i in range(rp["k"])],
+                                           "word: smallest angle vs random 3-planes (5th-95th percentile)"], rows))
     return out
 
 
@@ -115,7 +118,8 @@ def _sva(r: _R, sva: dict[str, Any]) -> dict[str, str]:
             for kind in ("core", "axis"):
                 p = ("sva", "families", fam, "layers", site)
                 words = " / ".join(j["word"] for j in lv[kind]["judges"].values())
-                rows.append([fam, _layer(site), kind + (" (chosen)" if kind == "core" and site == v["site"] else ""),
+                mark = " (forced: readout)" if site == v.get("forced_layer") else " (axis read here)" if site == v.get("axis_site") else ""
+                rows.append([fam, _layer(site) + mark, kind + (" (smallest k)" if kind == "core" and site == v["site"] else ""),
                              r.int(pointer(*p, kind, "k")),
                              r.num(pointer(*p, "axis_cos_readout")) if kind == "axis" else "",
                              *[r.ctl(*p, kind, "validation", m, "binary_accuracy") for m in ("core_only", "core_removed", "core_flipped")],
@@ -125,21 +129,27 @@ def _sva(r: _R, sva: dict[str, Any]) -> dict[str, str]:
          "core removed", "core flipped", "words: only / removed / flipped"], rows))}
     rows = [[fam, _layer(v["site"]), r.int(pointer("sva", "families", fam, "k")), _yes(v["chosen_is_last"]),
              r.num(pointer("sva", "families", fam, "layers", v["site"], "axis_cos_readout")),
-             _yes(v["axis_words_differ_across_layers"]), v["readout_judge"]["word"]] for fam, v in sva["families"].items()]
-    out["sva_choice"] = r.region(_table(["family", "chosen layer", "k", "last layer", "axis abs cos with the readout",
-                                         "layer test tells layers apart", "verdict on the choice"], rows))
+             _yes(v["axis_words_differ_across_layers"]), v["readout_judge"]["word"], _layer(v["axis_site"]),
+             " / ".join(j["word"] for j in v["layers"][v["axis_site"]]["axis"]["judges"].values())]
+            for fam, v in sva["families"].items()]
+    out["sva_choice"] = r.region(_table(["family", "smallest-k layer", "k", "last layer", "axis abs cos with the readout",
+                                         "layer test tells layers apart", "word on the smallest-k choice",
+                                         "axis layer (unforced, chosen on validation rows)",
+                                         "axis words there: only / removed / flipped"], rows))
     if "axis_alignment" in sva:
         out["sva_alignment"] = r.region(_alignment(r, ("sva", "axis_alignment"), sva["axis_alignment"]))
     return out
 
 
 ALIGN_HEAD = ["A -> B", "held-out R²", "shuffled: mean", "shuffled: max", "within number: mean", "within number: max",
-              "random directions: mean", "beats shuffled"]
+              "random directions: mean", "random directions: min", "random directions: max", "beats shuffled",
+              "word vs random directions"]
 
 
 def _alignment(r: _R, base: tuple, pairs: dict[str, Any]) -> str:
     rows = [[k, *[r.num(pointer(*base, k, f)) for f in ("r2_heldout", "shuffled_mean", "shuffled_max", "within_label_mean",
-                                                        "within_label_max", "random_directions_mean")], _yes(v["beats_shuffled"])]
+                                                        "within_label_max", "random_directions_mean", "random_directions_min",
+                                                        "random_directions_max")], _yes(v["beats_shuffled"]), v["judge"]["word"]]
             for k, v in pairs.items()]
     return _table(ALIGN_HEAD, rows)
 
@@ -171,11 +181,15 @@ def _ioi(r: _R, ioi: dict[str, Any]) -> dict[str, str]:
            "ioi_baselines": r.region(_table(["model", "rows", "operator R²", "identity", "identity through the input core", "shuffled-row fit",
                                              "random subspaces: mean", "random subspaces: max", "verdict on the operator"], base))}
     if "transfer" in ioi:
-        rows = [[k, *[r.num(pointer("ioi", "transfer", k, f)) for f in ("r2_after_transfer", "control_mean", "control_max")],
-                 _yes(v["beats_control"]), r.num(pointer("ioi", "transfer", k, "alignment_in_r2")), r.num(pointer("ioi", "transfer", k, "alignment_out_r2"))]
+        t = ("ioi", "transfer")
+        rows = [[k, *[r.num(pointer(*t, k, f)) for f in ("r2_after_transfer", "control_mean", "control_min", "control_max")],
+                 v["judges"]["shuffled"]["word"],
+                 *[r.num(pointer(*t, k, "random_operators", f)) for f in ("mean", "min", "max")], v["judges"]["random"]["word"],
+                 r.num(pointer(*t, k, "alignment_in_r2")), r.num(pointer(*t, k, "alignment_out_r2"))]
                 for k, v in ioi["transfer"].items()]
-        out["ioi_transfer"] = r.region(_table(["A -> B", "R² after transfer", "control: mean", "control: max", "beats control",
-                                               "alignment R² in", "alignment R² out"], rows))
+        out["ioi_transfer"] = r.region(_table(["A -> B", "R² after transfer", "shuffled-prompt alignments: mean", "min", "max",
+                                               "word vs shuffled", "random operators of the same norm: mean", "min", "max",
+                                               "word vs random operators", "alignment R² in", "alignment R² out"], rows))
     return out
 
 
@@ -245,7 +259,8 @@ def _markov_cell(r: _R, result: dict[str, Any]) -> str:
 def _sva_cell(r: _R, result: dict[str, Any]) -> str:
     fams = result["sva"]["families"]
     cells = [f"{f}: smallest k at layer {_layer(v['site'])}, axis abs cos with the readout "
-             f"{r.num(pointer('sva', 'families', f, 'layers', v['site'], 'axis_cos_readout'))}" for f, v in fams.items()]
+             f"{r.num(pointer('sva', 'families', f, 'layers', v['site'], 'axis_cos_readout'))}, axis read at unforced layer "
+             f"{_layer(v['axis_site'])}" for f, v in fams.items()]
     return "; ".join(cells) + "; the layer test tells layers apart in " + ", ".join(
         f for f, v in fams.items() if v["axis_words_differ_across_layers"]) + " (not in: " + (
         ", ".join(f for f, v in fams.items() if not v["axis_words_differ_across_layers"]) or "none") + ")"
@@ -279,14 +294,19 @@ def headline(r: _R, result: dict[str, Any]) -> str:
     """study | paper | measured here | verdict, the verdicts being the JSON's words."""
     rows = []
     if result.get("markov", {}).get("seeds"):
+        orth = [j["word"] for j in result["markov"].get("orthogonality_judges", {}).values()]
         rows.append(["markov", "3-D cores in nearly orthogonal subspaces, same transition spectra", _markov_cell(r, result),
-                     result["markov"]["verdict"]])
+                     f"spectrum: {result['markov']['verdict']}" + (f"; orthogonality: {against_all(orth)}" if orth else "")])
     if "families" in result.get("sva", {}):
+        al = [v["judge"]["word"] for v in result["sva"].get("axis_alignment", {}).values()]
         rows.append(["sva", "one steerable axis, aligned across architectures", _sva_cell(r, result),
-                     f"layer choice: {result['sva']['verdict']}"])
+                     f"axis at an unforced layer: {result['sva']['verdict']}" + (f"; alignment: {combine(al)}" if al else "")])
     if "families" in result.get("ioi", {}):
-        rows.append(["ioi", "compact cores at two sites, linked by an operator", _ioi_cell(r, result),
-                     f"k: {result['ioi']['k_verdict']}; operator: {result['ioi']['operator_verdict']}"])
+        tc = "transfer_count" in result["ioi"]
+        rows.append(["ioi", "compact cores at two sites, linked by an operator that transfers across families (`6 of 12` pairs)",
+                     _ioi_cell(r, result), f"k: {result['ioi']['k_verdict']}; operator: {result['ioi']['operator_verdict']}"
+                     + (f"; transfer beats random operators in {r.int('/ioi/transfer_count/beat_random_operators')} of "
+                        f"{r.int('/ioi/transfer_count/pairs')} pairs" if tc else "")])
     real = result.get("real", {})
     for section, claim in (("sva", "one steerable axis"), ("ioi", "compact two-site cores")):
         if "models" in real.get(section, {}):
@@ -351,7 +371,11 @@ def readings(r: _R, result: dict[str, Any]) -> dict[str, str]:
             "layer in " + (", ".join(f for f, v in fams.items() if v["chosen_is_last"]) or "no family") + "; there the axis is the "
             "unembedding readout (abs cos with the last layer's top output-gradient direction " +
             r.rng(_vals(r, [pointer("sva", "families", f, "layers", v["site"], "axis_cos_readout") for f, v in fams.items()])) +
-            "), so the choice is forced in " + (", ".join(forced) or "no family") + ".")
+            "), so the choice is forced in " + (", ".join(forced) or "no family") + ". The claim is therefore read at the layer "
+            "the readout does not force, chosen among the others on the validation rows (lowest accuracy with the axis flipped): "
+            + "; ".join(f"{f} at {_layer(v['axis_site'])}, words (only / removed / flipped) "
+                        + " / ".join(j["word"] for j in v["layers"][v["axis_site"]]["axis"]["judges"].values()) for f, v in fams.items())
+            + f", so the verdict is **{result['sva']['verdict']}**.")
     if "models" in result.get("real", {}).get("sva", {}):
         parts = []
         for n, v in result["real"]["sva"]["models"].items():
@@ -364,7 +388,10 @@ def readings(r: _R, result: dict[str, Any]) -> dict[str, str]:
             "\"Sufficient\" is read on the logit difference. On agreement accuracy, keeping only a random subspace of the same k "
             "keeps more than keeping only the core at " + ("; ".join(parts) or "no layer called sufficient") + ": there the core "
             "carries the size of the is/are preference but is not what keeps each prompt on the right side, so these layers' "
-            "sufficiency is not claimed beyond the logit difference. Necessity holds only in the last layers (table).")
+            "sufficiency is not claimed beyond the logit difference. The last layer of each model is forced by the readout and is not "
+            "scanned; among the scanned layers the core is necessary at " + ("; ".join(
+                f"{n} layer `{layer}`" for n, v in result["real"]["sva"]["models"].items() for layer, row in v["scan"].items()
+                if row["necessary"]) or "none") + ".")
     if "families" in result.get("ioi", {}):
         ioi = result["ioi"]
         runs = [("ioi", "families", f) for f in ioi["families"]] + [("ioi", "code_sizes", k) for k in ioi.get("code_sizes", {})]

@@ -15,7 +15,8 @@ Rules fixed here (so the numbers are reproducible):
   core per scanned layer at `blocks.L.hook_resid_post` at END, output the is/are logit
   difference, k by the largest spectral gap (k <= 16); validated on a fresh seed against
   random subspaces of the same k. The axis is the first direction of the core at the scanned
-  layer whose core flip lowers the logit difference most.
+  layer whose core flip lowers the logit difference most on those validation rows. The last layer
+  is never scanned: there the metric's gradient is the unembedding difference, which forces a core.
 * IOI: `bpe.ioi` on one template, the two scanned layers whose core flip lowers the logit
   difference most, in layer order; the operator maps the earlier core to the later one.
 * Controls: alignments against the same fit on shuffled rows (the prompt correspondence broken),
@@ -154,7 +155,9 @@ def alignment_with_controls(za: torch.Tensor, zb: torch.Tensor, labels: torch.Te
     if random_za:
         rand = [_r2(a, b) for a, b in zip(random_za, random_zb)]
         out["random_directions_mean"] = sum(rand) / len(rand)
+        out["random_directions_min"] = min(rand)
         out["random_directions_max"] = max(rand)
+        out["random_directions_n"] = len(rand)
     return out
 
 
@@ -208,10 +211,11 @@ def subject_number(texts: Sequence[str], nouns: Sequence[tuple[str, str]]) -> to
 
 
 def default_layers(model, count: int) -> list[int]:
-    """`count` layers spread evenly, ending at the last (SmolLM2's 30: 4, 9, ..., 29; Gemma-3's
-    18: 2, 5, ..., 17): what this CPU allows, not every layer."""
-    n = model.cfg.n_layers
-    count = count or n  # 0: every layer
+    """`count` layers spread evenly over those the unembedding does not force (every one but the last,
+    whose metric gradient is the readout), ending at the one before it (SmolLM2's 30, count 2: 13, 28;
+    Gemma-3's 18: 7, 16): what this CPU allows, not every layer. 0: every unforced layer."""
+    n = model.cfg.n_layers - 1
+    count = min(count or n, n)
     return sorted({round((i + 1) * n / count) - 1 for i in range(count)})
 
 
@@ -246,26 +250,26 @@ def sva_real(models: dict[str, Any], *, n_fit: int = 64, n_test: int = 64, n_ali
     def alignment() -> dict[str, Any]:
         axes = {n: extract(models[n], fit[n], site=v["axis_site"], batch_size=32).truncated(1) for n, v in out["models"].items()}
         labels = subject_number(next(iter(al.values())).text, vocab["nouns"])
+        acts = {n: activations(models[n], al[n], axes[n].site) for n in models}
         pairs = {}
         for a in models:
             for b in models:
                 if a == b:
                     continue
-                za = axes[a].coordinates(activations(models[a], al[a], axes[a].site))
-                zb = axes[b].coordinates(activations(models[b], al[b], axes[b].site))
-                ra = [_random_coords(models[a], al[a], axes[a], s) for s in range(3)]
-                rb = [_random_coords(models[b], al[b], axes[b], 100 + s) for s in range(3)]
+                za, zb = axes[a].coordinates(acts[a]), axes[b].coordinates(acts[b])
+                ra = [_random_coords(acts[a], axes[a], s) for s in range(N_RANDOM)]
+                rb = [_random_coords(acts[b], axes[b], 100 + s) for s in range(N_RANDOM)]
                 pairs[f"{a}->{b}"] = alignment_with_controls(za, zb, labels, random_za=ra, random_zb=rb)
         return pairs
 
     sites = {n: v["axis_site"] for n, v in out["models"].items()}
-    out["axis_alignment"] = _unit(units, {**base, "part": "alignment", "n_align": n_align, "axis_sites": sites}, alignment)
+    out["axis_alignment"] = _unit(units, {**base, "part": "alignment", "n_align": n_align, "axis_sites": sites, "random": N_RANDOM},
+                                  alignment)
     return out
 
 
-def _random_coords(model, task: Task, core: Core, seed: int) -> torch.Tensor:
-    basis = random_basis(core.d_model, core.k, seed)
-    return (activations(model, task, core.site) - core.mean) @ basis
+def _random_coords(acts: torch.Tensor, core: Core, seed: int) -> torch.Tensor:
+    return (acts - core.mean) @ random_basis(core.d_model, core.k, seed)
 
 
 # ---------------------------------------------------------------------------------------------

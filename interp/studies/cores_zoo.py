@@ -16,8 +16,8 @@ import torch
 from tqdm.auto import tqdm
 
 from interp.cores import (
-    INTERVENTIONS, Alignment, Core, align, align_coordinates, extract, fit_operator, matched_activations, score_operator,
-    transfer, validate,
+    INTERVENTIONS, Alignment, Core, activations, align, align_coordinates, extract, fit_operator, matched_activations,
+    score_operator, transfer, validate,
 )
 from interp.cores import controls
 from interp.cores.linalg import principal_angles, random_basis
@@ -26,7 +26,8 @@ from interp.results import Grid
 from interp.studies.ace_real import alignment_with_controls, core_verdict
 from interp.studies.verdicts import NOT_RUN, against_all, judge
 
-__all__ = ["STUDY", "NoStore", "ioi_section", "load_zoo", "round_floats", "sva_section", "validation_dict", "zoo_dir"]
+__all__ = ["STUDY", "NoStore", "alignment_judges", "ioi_section", "load_zoo", "round_floats", "sva_section", "transfer_judges",
+           "unforced_layer", "validation_dict", "zoo_dir"]
 
 STUDY = "cores"
 
@@ -138,6 +139,28 @@ def _sva_family(model, fit, test, draws: int) -> dict[str, Any]:
             "choice_forced_by_readout": bool(best == last and layers[last]["axis_cos_readout"] >= 0.9)}
 
 
+N_RANDOM_DIRECTIONS = 20  # random 1-D directions per model for the alignment's control (>= verdicts.MIN_DRAWS)
+
+
+def alignment_judges(pairs: dict[str, Any]) -> None:
+    """Each pair's held-out alignment R² against the same fit between random directions of the same k in
+    both models (the draws' range the interval), as a verdict on the cross-architecture alignment."""
+    for v in pairs.values():
+        v["judge"] = judge("the agreement axis aligns across the two models better than random directions do", v["r2_heldout"],
+                           v["random_directions_mean"], "greater",
+                           control_ci=[v["random_directions_min"], v["random_directions_max"]], null="random directions",
+                           draws=v["random_directions_n"], claim_id="ace.sva_axis_aligns")
+
+
+def unforced_layer(layers: dict[str, Any], last: str) -> str:
+    """The layer whose 1-D axis is read, chosen among the layers the unembedding does not force (every one
+    but the last) on the validation rows (held out from the rows the cores are fitted on): the lowest
+    accuracy with the axis flipped, ties broken by the lower accuracy with it removed."""
+    free = [s for s in layers if s != last]
+    acc = lambda s, m: layers[s]["axis"]["validation"][m]["binary_accuracy"]["core"]  # noqa: E731
+    return min(free, key=lambda s: (acc(s, "core_flipped"), acc(s, "core_removed")))
+
+
 def _sva_alignment(models: dict[str, Any], sites: dict[str, str], fit, prompts: list[str]) -> dict[str, Any]:
     axes = {f: extract(models[f], fit, site=s).truncated(1) for f, s in sites.items()}
     labels = torch.tensor([int(_head_number(t) == "pl") for t in prompts])
@@ -147,8 +170,8 @@ def _sva_alignment(models: dict[str, Any], sites: dict[str, str], fit, prompts: 
             if a != b:
                 al = align(models[a], axes[a], models[b], axes[b], prompts, method="procrustes")
                 xa, xb = matched_activations(models[a], models[b], prompts, axes[a].site, axes[b].site)
-                rand_a = [(xa - axes[a].mean) @ random_basis(axes[a].d_model, 1, s) for s in range(5)]
-                rand_b = [(xb - axes[b].mean) @ random_basis(axes[b].d_model, 1, 100 + s) for s in range(5)]
+                rand_a = [(xa - axes[a].mean) @ random_basis(axes[a].d_model, 1, s) for s in range(N_RANDOM_DIRECTIONS)]
+                rand_b = [(xb - axes[b].mean) @ random_basis(axes[b].d_model, 1, 100 + s) for s in range(N_RANDOM_DIRECTIONS)]
                 controls_ = alignment_with_controls(axes[a].coordinates(xa), axes[b].coordinates(xb), labels,
                                                     random_za=rand_a, random_zb=rand_b)
                 pairs[f"{a}->{b}"] = {"r2": al.r2, "r2_heldout": al.r2_heldout, "canonical_correlation": float(al.canonical[0]),
@@ -176,13 +199,20 @@ def sva_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
         v["readout_judge"] = judge("the chosen layer's axis is not the unembedding readout direction",
                                    v["layers"][v["site"]]["axis_cos_readout"], 1.0, "less", tol=0.1, setup_control=True,
                                    null="setup")
+        # the last layer is forced (its metric gradient is the unembedding difference): the axis is read at another
+        last = max(v["layers"], key=lambda s: v["layers"][s]["layer"])
+        v["forced_layer"] = last
+        v["axis_site"] = unforced_layer(v["layers"], last)
+        for j in v["layers"][v["axis_site"]]["axis"]["judges"].values():  # the words the claim rests on
+            j["claim_id"] = "ace.sva_single_axis"
     prompts = list(english.sva(align_prompts, split="sva_id", seed=2).text)
-    sites = {f: v["site"] for f, v in out["families"].items()}
+    sites = {f: v["axis_site"] for f, v in out["families"].items()}
     if len(sites) > 1:
-        cfg = {"section": "sva_alignment", "sites": sites, "rows": n, "prompts": align_prompts}
+        cfg = {"section": "sva_alignment", "sites": sites, "rows": n, "prompts": align_prompts, "random": N_RANDOM_DIRECTIONS}
         out["axis_alignment"] = units.run(cfg, lambda: _sva_alignment(models, sites, fit, prompts))
+        alignment_judges(out["axis_alignment"])
     out["alignment_prompts"] = len(prompts)
-    words = [v["readout_judge"]["word"] for v in out["families"].values()]
+    words = [j["word"] for v in out["families"].values() for j in v["layers"][v["axis_site"]]["axis"]["judges"].values()]
     out["verdict"] = against_all(words) if words else NOT_RUN
     return out
 
@@ -262,12 +292,24 @@ def _retrained(units, family: str, dims: int) -> Path:
     return out
 
 
-def _ioi_transfer(models: dict[str, Any], sites: dict[str, list[str]], n: int, prompts: list[str], n_controls: int = 5) -> dict[str, Any]:
+def _random_operator(op, g: torch.Generator) -> torch.Tensor:
+    """A Gaussian matrix of `op`'s shape scaled to its Frobenius norm (the same-norm null for a transfer)."""
+    m = torch.randn(op.matrix.shape, generator=g, dtype=torch.float64)
+    return (m * op.matrix.double().norm() / m.norm()).float()
+
+
+def _ioi_transfer(models: dict[str, Any], sites: dict[str, list[str]], n: int, prompts: list[str], n_controls: int = 20) -> dict[str, Any]:
+    """Each family's operator carried into every other family (aligned on `prompts`) and scored on B's held-out
+    rows, beside `n_controls` random operators of the transferred one's norm (B's coordinates, zero bias: they
+    are centred on B's fitted rows) and `n_controls` transfers through alignments fitted on shuffled prompts."""
+    from interp.cores.linalg import r2_score
+
     fit, test, _ = _ioi_tasks(n)
-    chosen = {}
+    chosen, held = {}, {}
     for f, (s_in, s_out) in sites.items():
         c_in, c_out = extract(models[f], fit, site=s_in), extract(models[f], fit, site=s_out)
         chosen[f] = (c_in, c_out, fit_operator(models[f], c_in, fit, target=c_out))
+        held[f] = (c_in.coordinates(activations(models[f], test, s_in)), c_out.coordinates(activations(models[f], test, s_out)))
     g = torch.Generator().manual_seed(0)
     out: dict[str, Any] = {}
     for a in chosen:
@@ -275,19 +317,36 @@ def _ioi_transfer(models: dict[str, Any], sites: dict[str, list[str]], n: int, p
             if a == b:
                 continue
             (ca_in, ca_out, op), (cb_in, cb_out, _) = chosen[a], chosen[b]
+            x_b, y_b = held[b]
             al_in, al_out = align(models[a], ca_in, models[b], cb_in, prompts), align(models[a], ca_out, models[b], cb_out, prompts)
-            moved = score_operator(models[b], transfer(op, al_in, al_out), cb_in, cb_out, test)
+            moved_op = transfer(op, al_in, al_out)
+            moved = r2_score(moved_op(x_b), y_b)
             z_in = [c.coordinates(x) for c, x in zip((ca_in, cb_in), matched_activations(models[a], models[b], prompts, ca_in.site, cb_in.site))]
             z_out = [c.coordinates(x) for c, x in zip((ca_out, cb_out), matched_activations(models[a], models[b], prompts, ca_out.site, cb_out.site))]
-            ctl = []
+            ctl, rand = [], []
             for _ in range(n_controls):
                 perm = torch.randperm(len(prompts), generator=g)
-                moved_ctl = transfer(op, _shuffled(*z_in, ca_in, cb_in, perm), _shuffled(*z_out, ca_out, cb_out, perm))
-                ctl.append(score_operator(models[b], moved_ctl, cb_in, cb_out, test))
-            out[f"{a}->{b}"] = {"r2_after_transfer": moved, "control_mean": sum(ctl) / len(ctl), "control_max": max(ctl),
-                                "beats_control": bool(moved > max(ctl)), "alignment_in_r2": al_in.r2_heldout,
+                ctl.append(r2_score(transfer(op, _shuffled(*z_in, ca_in, cb_in, perm), _shuffled(*z_out, ca_out, cb_out, perm))(x_b), y_b))
+                rand.append(r2_score(x_b.float() @ _random_operator(moved_op, g), y_b))
+            out[f"{a}->{b}"] = {"r2_after_transfer": moved, "control_mean": sum(ctl) / len(ctl), "control_min": min(ctl),
+                                "control_max": max(ctl), "control_n": len(ctl), "beats_control": bool(moved > max(ctl)),
+                                "random_operators": controls.spread(rand), "alignment_in_r2": al_in.r2_heldout,
                                 "alignment_out_r2": al_out.r2_heldout}
     return out
+
+
+def transfer_judges(pairs: dict[str, Any]) -> None:
+    """Each transfer's R² on B's held-out rows against random operators of the same norm (the claim's
+    control) and against transfers through shuffled-prompt alignments."""
+    for v in pairs.values():
+        r = v["random_operators"]
+        v["judges"] = {
+            "random": judge("the operator carried across families predicts B's later core better than random operators of "
+                            "the same norm", v["r2_after_transfer"], r["mean"], "greater", control_ci=[r["min"], r["max"]],
+                            null="random directions", draws=r["n"], claim_id="ace.ioi_operator_transfers"),
+            "shuffled": judge("the operator carried through the prompt-matched alignments beats the same transfer through "
+                              "alignments fitted on shuffled prompts", v["r2_after_transfer"], v["control_mean"], "greater",
+                              control_ci=[v["control_min"], v["control_max"]], null="shuffled rows", draws=v["control_n"])}
 
 
 def _shuffled(za: torch.Tensor, zb: torch.Tensor, core_a: Core, core_b: Core, perm: torch.Tensor) -> Alignment:
@@ -320,8 +379,11 @@ def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
     prompts = list(english.ioi(align_prompts, split="train", seed=2).text)
     sites = {f: v["sites"] for f, v in out["families"].items()}
     if len(sites) > 1:
-        cfg = {"section": "ioi_transfer", "sites": sites, "rows": n, "prompts": align_prompts}
+        cfg = {"section": "ioi_transfer", "sites": sites, "rows": n, "prompts": align_prompts, "controls": 20}
         out["transfer"] = units.run(cfg, lambda: _ioi_transfer(models, sites, n, prompts))
+        transfer_judges(out["transfer"])
+        out["transfer_count"] = {"pairs": len(out["transfer"]), "beat_random_operators": sum(
+            v["judges"]["random"]["word"] == "reproduced" for v in out["transfer"].values())}
     runs = list(out["families"].values()) + list(out["code_sizes"].values())
     for v in runs:  # the operator is a finding only above the identity map and every random-subspace fit
         b = v["baselines"]
@@ -329,10 +391,12 @@ def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
                                                                              b["random_subspaces_r2"]["max"]))
         r = b["random_subspaces_r2"]
         v["operator_judges"] = {
-            "identity": judge("the operator predicts the later core better than the identity map", b["operator_r2_heldout"],
-                              b["identity_r2"], "greater", tol=0.01, null="identity map"),
+            "identity": judge("the operator predicts the later core better than the identity map (bootstrap over held-out rows)",
+                              b["operator_r2_heldout"], b["identity_r2"], "greater", diff_ci=b["operator_minus_identity_ci"],
+                              null="identity map", claim_id="ace.ioi_two_site_cores"),
             "random": judge("the operator between the cores beats the same fit between random subspaces", b["operator_r2_heldout"],
-                            r["mean"], "greater", control_ci=[r["min"], r["max"]], null="random subspaces", draws=r.get("n"))}
+                            r["mean"], "greater", control_ci=[r["min"], r["max"]], null="random subspaces", draws=r.get("n"),
+                            claim_id="ace.ioi_two_site_cores")}
         # the fit on shuffled rows is one draw with no spread: it stays in "baselines" as description, without a word
         v["operator_word"] = against_all(j["word"] for j in v["operator_judges"].values())
         # the imposed code size is a set-up control for k: k within one dimension of it is read off the construction
