@@ -16,10 +16,13 @@ Site rules (fixed here so every number in the repro is reproducible):
 * sva: every residual layer is read; per layer the spectral-gap core and its first direction (k = 1
   at every layer, so layers compare at equal k) are validated against `draws` random subspaces of
   the same k, with the share of the output gradients on one direction (1 at the readout). The
-  smallest-k rule (ties: lower core-removed accuracy) picks the layer whose axis is aligned.
+  smallest-k rule (ties: lower core-removed accuracy) picks a layer, judged against the readout; the
+  axis is judged, and aligned across families against random directions, at the layer the readout
+  does not force (not the last) whose axis flip hurts most on the validation rows.
 * ioi: the two residual layers whose core flip hurts most, in layer order; the operator maps the
-  earlier core to the later one, beside the identity map, a shuffled-row fit and random
-  subspaces; k is also read on held-out rows (`controls.heldout_k`), and the name-code size the
+  earlier core to the later one, beside the identity map (a bootstrap interval over held-out rows),
+  a shuffled-row fit and random subspaces; the transfer across families beside random operators of
+  the same norm and shuffled-prompt alignments; k is also read on held-out rows (`controls.heldout_k`), and the name-code size the
   zoo imposes is varied by retraining one family with another size (a unit; the weights stay in
   the unit store, never in the repo).
 * real models (SmolLM2-135M, Gemma-3-270M): `interp.studies.ace_real`.
