@@ -153,3 +153,18 @@ def test_format_matched_prompts_share_one_frame():
         domains.task(None, "grammar", "sva_pp", fmt="matched")
     with pytest.raises(InterpError, match="not a prompt format"):
         domains.task(None, "facts", "capital", fmt="chat")
+
+
+def test_matched_domains_have_three_tasks_so_the_permutation_test_can_reach_small_p():
+    from interp.tasks import domains
+
+    assert all(len(ts) == 3 for ts in domains.MATCHED_DOMAINS.values())
+    assert dict(domains._items("arithmetic", "times")[:3][0][1]) == {"a": "0", "b": "0"}
+    assert all(int(a) * int(b) == int(ans) <= 9 for _, s, ans in domains._items("arithmetic", "times")
+               for a, b in [(s["a"], s["b"])])
+    assert {ans for *_, ans in domains._items("facts", "continent")} == {"Europe", "Asia", "Africa", "America", "Oceania"}
+    assert all(ans == s["a"] for _, s, ans in domains._items("code", "first_arg"))
+    with pytest.raises(InterpError, match="unknown arithmetic task"):
+        domains.task(None, "arithmetic", "times")  # a matched-format task only
+    from interp.studies.specialization import _task_names
+    assert len(_task_names("smollm2-135m", "matched")) == 9 and "arithmetic/times" not in _task_names("smollm2-135m", "default")

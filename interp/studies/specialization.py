@@ -44,7 +44,7 @@ from interp.tasks import domains as bpe_domains
 from interp.tasks import multidomain
 from interp.tasks.domains import option_scores
 
-__all__ = ["BUDGETS", "CONTROLS", "demo_section", "matrix_grid", "recalibrate_gpu", "repro", "write_doc"]
+__all__ = ["BUDGETS", "CONTROLS", "demo_section", "departures", "matrix_grid", "recalibrate_gpu", "repro", "write_doc"]
 
 VERSION = 2
 PROBE_TASK = {"arithmetic": "add", "grammar": "sva_pp", "facts": "capital", "code": "operator"}
@@ -66,6 +66,19 @@ PAPER = {"claims": {"1": "weight activations are task-specific",
                     "2": "a subnetwork probed for a domain keeps (or improves) performance within it",
                     "3": "its performance deteriorates across domains"},
          "note": "the paper's models are 2B-9B (LLaMA, Gemma); only its abstract is public, so it gives no number here"}
+
+
+def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """How a budget differs from Ma et al.'s set-up, as far as its public abstract gives it."""
+    out = [{"what": "models", "ours": values["models"], "paper": "LLaMA and Gemma models of 2B-9B parameters",
+            "why": "no model hub and a 2-core CPU: the two pretrained decoders that install here"},
+           {"what": "tasks and domains", "ours": "arithmetic, grammar, facts and code tasks built here (two or three a "
+            "domain; three in the matched format)", "paper": "its benchmarks (not public: only the abstract is)",
+            "why": "no datasets offline"}]
+    if values.get("max_checks"):
+        out.append({"what": "validation checks of the probe", "ours": values["max_checks"], "paper": "unbounded",
+                    "why": "budget"})
+    return out
 
 
 def _suite(model, spec: str, split: str, n: int, fmt: str) -> dict:
@@ -112,6 +125,13 @@ class _Model:
 
     def probe_task(self) -> dict[str, str]:
         return ZOO_PROBE_TASK if self.spec.startswith("zoo:") else PROBE_TASK
+
+
+def _task_names(spec: str, fmt: str) -> list[str]:
+    """The "domain/task" names an overlap unit compares (part of its key: more tasks, a new unit)."""
+    names = (multidomain.DOMAINS if spec.startswith("zoo:") else
+             bpe_domains.MATCHED_DOMAINS if fmt == "matched" else bpe_domains.DOMAINS)
+    return [f"{d}/{n}" for d, ts in names.items() for n in ts]
 
 
 def _overlap_unit(m: _Model, fmt: str) -> dict:
@@ -185,7 +205,7 @@ def _configs(spec: str, b: dict) -> dict:
     out = {}  # cheapest first: a run stopped early still has claim 1
     for fmt in b["formats"]:
         out["overlap", fmt] = {"model": spec, "n_val": b["n_val"], "unit": "overlap", "format": fmt, "k": b["k"],
-                               "permutations": b["permutations"]}
+                               "permutations": b["permutations"], "tasks": _task_names(spec, fmt)}
     out["full",] = {**base, "unit": "full"}
     for d in _domains(spec):
         out["probe", d] = {**base, **search, "unit": "probe", "domain": d}

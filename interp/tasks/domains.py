@@ -37,7 +37,7 @@ from interp.errors import InterpError
 from .base import Task
 from .source import Source
 
-__all__ = ["DOMAINS", "SPLITS", "check_split", "check_task_name", "split_items", "domain_task", "option_accuracy", "option_scores", "suite", "task"]
+__all__ = ["DOMAINS", "MATCHED_DOMAINS", "SPLITS", "check_split", "check_task_name", "split_items", "domain_task", "option_accuracy", "option_scores", "suite", "task"]
 
 SPLITS = ("val", "test")
 
@@ -60,6 +60,13 @@ _COUNTRIES = [  # (country, capital, language)
     ("Ukraine", "Kyiv", "Ukrainian"), ("Vietnam", "Hanoi", "Vietnamese"), ("Israel", "Jerusalem", "Hebrew"),
     ("Syria", "Damascus", "Arabic"), ("Chile", "Santiago", "Spanish"), ("Colombia", "Bogota", "Spanish"),
 ]
+_EUROPE = {"France", "Germany", "Italy", "Spain", "Russia", "Greece", "Portugal", "England", "Poland", "Austria",
+           "Sweden", "Norway", "Ireland", "Hungary", "Finland", "Denmark", "Belgium", "Netherlands", "Switzerland",
+           "Ukraine"}
+_AFRICA = {"Egypt", "Kenya"}
+_AMERICA = {"Peru", "Cuba", "Mexico", "Brazil", "Argentina", "Canada", "Chile", "Colombia"}
+_CONTINENT = {c[0]: ("Europe" if c[0] in _EUROPE else "Africa" if c[0] in _AFRICA else "America" if c[0] in _AMERICA
+                     else "Oceania" if c[0] == "Australia" else "Asia") for c in _COUNTRIES}
 # functions for the code domain: (name, operator)
 _OPERATORS = [("add", "+"), ("plus", "+"), ("total", "+"), ("sum_two", "+"), ("subtract", "-"), ("minus", "-"),
               ("difference", "-"), ("diff", "-"), ("multiply", "*"), ("times", "*"), ("product", "*"),
@@ -74,11 +81,17 @@ def _items(domain: str, name: str) -> list[tuple[str, dict[str, str], str]]:
     """(key, slots, answer) per item; items of one key (a country, a pair of numbers, a function
     or parameter name) always fall in the same split."""
     if domain == "arithmetic":
-        pairs = [(a, b) for a in range(10) for b in range(10) if (a + b <= 9 if name == "add" else a >= b)]
-        return [(f"{a},{b}", {"a": str(a), "b": str(b)}, str(a + b if name == "add" else a - b)) for a, b in pairs]
+        op = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "times": lambda a, b: a * b}[name]
+        pairs = [(a, b) for a in range(10) for b in range(10) if 0 <= op(a, b) <= 9]  # one-digit answers
+        return [(f"{a},{b}", {"a": str(a), "b": str(b)}, str(op(a, b))) for a, b in pairs]
+    if domain == "facts" and name == "continent":
+        return [(c[0], {"x": c[0]}, _CONTINENT[c[0]]) for c in _COUNTRIES]
     if domain == "facts":
         col = {"capital": 1, "language": 2}[name]
         return [(c[0], {"x": c[0]}, c[col]) for c in _COUNTRIES]
+    if domain == "code" and name == "first_arg":
+        names = [("a", "b"), ("x", "y"), ("m", "n"), ("left", "right")]
+        return [(f, {"f": f, "a": a, "b": b}, a) for f, _ in _OPERATORS for a, b in names]
     if domain == "code" and name == "operator":
         names = [("a", "b"), ("x", "y"), ("m", "n"), ("left", "right")]
         return [(f, {"f": f, "a": a, "b": b}, op) for f, op in _OPERATORS for a, b in names]
@@ -108,12 +121,18 @@ _TEMPLATES: dict[str, dict[str, tuple[tuple[str, ...], int]]] = {
 # templated domain, so a domain's tasks share no more frame tokens with each other than with another
 # domain's. Grammar has no such form (its answer is the next word of a sentence) and is left out.
 _MATCHED: dict[str, dict[str, tuple[tuple[str, ...], int]]] = {
-    "arithmetic": {"add": (("Q: {a} plus {b}?\nA: {answer}",), 1), "sub": (("Q: {a} minus {b}?\nA: {answer}",), 1)},
+    "arithmetic": {"add": (("Q: {a} plus {b}?\nA: {answer}",), 1), "sub": (("Q: {a} minus {b}?\nA: {answer}",), 1),
+                   "times": (("Q: {a} times {b}?\nA: {answer}",), 1)},
     "facts": {"capital": (("Q: the capital of {x}?\nA: {answer}",), 1),
-              "language": (("Q: the language of {x}?\nA: {answer}",), 1)},
+              "language": (("Q: the language of {x}?\nA: {answer}",), 1),
+              "continent": (("Q: the continent of {x}?\nA: {answer}",), 1)},
     "code": {"operator": (("Q: the operator of {f}({a}, {b})?\nA: {answer}",), 1),
-             "return_arg": (("Q: what {f}({p}) returns?\nA: {answer}",), 1)},
+             "return_arg": (("Q: what {f}({p}) returns?\nA: {answer}",), 1),
+             "first_arg": (("Q: the first parameter of {f}({a}, {b})?\nA: {answer}",), 1)},
 }
+# three tasks a domain in the matched format: with two, a permutation test of within- against across-domain
+# overlap has only 15 ways to deal six tasks to three domains and cannot go below p = 1/15
+MATCHED_DOMAINS: dict[str, tuple[str, ...]] = {d: tuple(ts) for d, ts in _MATCHED.items()}
 FORMATS = ("default", "matched")
 DOMAINS: dict[str, tuple[str, ...]] = {
     "arithmetic": ("add", "sub"), "grammar": ("sva_none", "sva_pp", "sva_rc"), "facts": ("capital", "language"),
@@ -179,12 +198,12 @@ def task(model: Any, domain: str, name: str, *, split: str = "val", n: int = 32,
     differ on a second asking and gives each of its items once, fewer than `n` rows."""
     from . import bpe
 
-    check_task_name(DOMAINS, domain, name)
-    check_split(split)
     if fmt not in FORMATS:
         raise InterpError(f"fmt={fmt!r} is not a prompt format; valid: {', '.join(FORMATS)}")
     if fmt == "matched" and domain not in _MATCHED:
         raise InterpError(f"domain {domain!r} has no format-matched prompts; those that do: {', '.join(_MATCHED)}")
+    check_task_name(MATCHED_DOMAINS if fmt == "matched" else DOMAINS, domain, name)
+    check_split(split)
     if domain == "grammar":  # agreement from the real-model SVA task, made a domain task
         # bpe.sva draws words per seed: seed 0 is val, seed 1 test (few word collisions remain:
         # SVA examples are templated sentences, not memorised items)
@@ -264,10 +283,11 @@ def suite(model: Any, *, split: str = "val", n: int = 32, seed: int = 0,
     """{domain: {task: Task}} for every task of the chosen domains (default: all four; with
     fmt="matched", the three that have format-matched prompts)."""
     chosen = (list(DOMAINS) if fmt != "matched" else list(_MATCHED)) if domains is None else list(domains)
+    names = MATCHED_DOMAINS if fmt == "matched" else DOMAINS
     for d in chosen:
-        if d not in DOMAINS:
-            raise InterpError(f"unknown domain {d!r}; valid: {', '.join(DOMAINS)}")
-    return {d: {name: task(model, d, name, split=split, n=n, seed=seed, fmt=fmt, repeat=repeat) for name in DOMAINS[d]}
+        if d not in names:
+            raise InterpError(f"unknown domain {d!r} for fmt={fmt!r}; valid: {', '.join(names)}")
+    return {d: {name: task(model, d, name, split=split, n=n, seed=seed, fmt=fmt, repeat=repeat) for name in names[d]}
             for d in chosen}
 
 
