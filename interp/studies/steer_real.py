@@ -258,27 +258,43 @@ def _runs_rows(d: _Doc, v: dict[str, Any]) -> list[list[str]]:
         if run in v["runs"]:
             rows.append([d.spec, label, "–", *[d.n("runs", run, k) for k in ("judged", "verb_agree", "verb_flip")],
                          d.n("runs", run, "flip_share") if v["runs"][run]["flip_share"] is not None else "–",
-                         d.n("runs", run, "pronoun_judged"), "–", "–", "–", "–"])
+                         d.n("runs", run, "pronoun_judged"), "–", "–", "–", "–", "–"])
     for a, label in (("core", "core flip"), ("diff", "diff-of-means flip")):
-        c = ("random_" + a, "verb_flip")
+        c, ci = ("random_" + a, "verb_flip"), (f"{a}_verdict", "diff_ci")
         rows.append([d.spec, label, d.n("layer", a), *[d.n("runs", a, k) for k in ("judged", "verb_agree", "verb_flip")],
                      d.n("runs", a, "flip_share") if v["runs"][a]["flip_share"] is not None else "–", d.n("runs", a, "pronoun_judged"),
-                     f"{d.n(*c, 'mean')} ± {d.n(*c, 'std')}", f"{d.n(*c, 'min')}–{d.n(*c, 'max')}",
+                     f"{d.n(*c, 'mean')} ± {d.n(*c, 'std')}",
                      f"{d.n('random_' + a, 'judged', 'min')}–{d.n('random_' + a, 'judged', 'max')}",
+                     f"{d.n(f'{a}_verdict', 'interval', 'diff')} [{d.n(*ci, 0)}, {d.n(*ci, 1)}]", d.n(f"{a}_verdict", "mde"),
                      d.word(f"{a}_verdict", "word")])
+    if "forced" in v:
+        rows.append([d.spec, "core flip at the final residual (forced)", d.n("forced", "layer"), d.n("forced", "judged"), "–",
+                     d.n("forced", "verb_flip"), "–", "–", "–", "–", "–", "–", "forced: not judged"])
     return rows
 
 
 def _reading(d: _Doc, v: dict[str, Any]) -> str:
     out = []
     for a, name in (("core", "core axis"), ("diff", "difference-of-means axis")):
+        ci = (f"{a}_verdict", "diff_ci")
         out.append(f"{name} **{d.word(f'{a}_verdict', 'word')}**: flipped at layer {d.n('layer', a)}, "
                    f"{d.n('runs', a, 'verb_flip')} of the {d.n('n_test')} test continuations take a verb of the other "
                    f"number (judged {d.n('runs', a, 'judged')}), against {d.n('random_' + a, 'verb_flip', 'mean')} "
-                   f"(max {d.n('random_' + a, 'verb_flip', 'max')}) for {d.n('random_' + a, 'verb_flip', 'n')} random "
-                   f"directions of the same norm and {d.n('runs', 'unsteered', 'verb_flip')} unsteered")
-    return (f"* **{d.spec}**: {out[0]}; {out[1]}. |cos(core, diff)| at the core's layer {d.n('cosine')}; mean flip "
+                   f"for {d.n('random_' + a, 'verb_flip', 'n')} random directions of the same norm (difference "
+                   f"{d.n(f'{a}_verdict', 'interval', 'diff')}, `95 %` interval [{d.n(*ci, 0)}, {d.n(*ci, 1)}], smallest "
+                   f"margin it can tell apart {d.n(f'{a}_verdict', 'mde')}) and {d.n('runs', 'unsteered', 'verb_flip')} unsteered")
+    forced = (f" At the final residual stream (layer {d.n('forced', 'layer')}, never chosen) the core flip turns "
+              f"{d.n('forced', 'verb_flip')} of them: forced by the readout, not judged.") if "forced" in v else ""
+    return (f"* **{d.spec}**: {out[0]}; {out[1]}.{forced} |cos(core, diff)| at the core's layer {d.n('cosine')}; mean flip "
             f"displacement core {d.n('displacement', 'core')}, diff {d.n('displacement', 'diff')} (residual units).")
+
+
+def _dev_cell(d: _Doc, v: dict[str, Any], axis: str, layer: str) -> str:
+    """One layer's dev flip: bold where it was chosen, in italics marked forced at the final residual stream."""
+    text = f"L{layer}: {d.n('dev_verb_flip', axis, layer)}"
+    if int(layer) == v.get("forced_layer"):
+        return f"*{text} (forced)*"
+    return f"**{text}**" if int(layer) == v["layer"][axis] else text
 
 
 def _gap(d: _Doc, g: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -298,15 +314,17 @@ def doc_regions(result: dict[str, Any], budgets: dict[str, dict[str, Any]], defa
     r = Render(result)
     regions: dict[str, str] = {}
     head = ["model", "run", "layer", "judged", "verb agrees", "verb flipped", "flip share (all number words)",
-            "pronoun judged", "random, same norm: flipped mean ± std", "random min–max", "random judged min–max", "verdict"]
+            "pronoun judged", "random, same norm: flipped mean ± std", "random judged min–max",
+            "flipped − random mean [`95 %` interval]", "mde", "verdict"]
     models = list(result["models"].items())
     docs = {spec: _Doc(r, spec) for spec, _ in models}
     # one region at a time: Render hands each region the keys rendered since the last one
     regions["runs"] = r.region(_table(head, [row for spec, v in models for row in _runs_rows(docs[spec], v)]))
     regions["reading"] = r.region("\n".join(_reading(docs[spec], v) for spec, v in models))
-    regions["dev"] = r.region(_table(["model", "axis", "dev verb flip per layer (resid_post)", "lowest dev judged"], [
-        [spec, a, ", ".join(f"L{l}: {docs[spec].n('dev_verb_flip', a, l)}" for l in v["dev_verb_flip"][a]),
-         docs[spec].n("dev_judged", a)] for spec, v in models for a in ("core", "diff")]))
+    regions["dev"] = r.region(_table(["model", "axis", "dev verb flip per layer (resid_post; **chosen**, *forced*: never "
+                                      "chosen)", "lowest dev judged"], [
+        [spec, a, ", ".join(_dev_cell(docs[spec], v, a, l) for l in v["dev_verb_flip"][a]), docs[spec].n("dev_judged", a)]
+        for spec, v in models for a in ("core", "diff")]))
     regions["timing"] = r.region(_timing(r, result, docs, [spec for spec, _ in models]))
     gaps = [(spec, v) for spec, v in models if "gap" in v]
     if gaps:
