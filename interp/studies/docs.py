@@ -402,13 +402,30 @@ def _plain(text: str) -> str:
     return re.sub(r"[^\s`|]*\d[^\s`|]*", lambda m: f"`{m.group(0)}`", text.replace("|", "/"))
 
 
+def _judged(r: Render, data: dict, path: str) -> str:
+    """The verdicts at `path` (a judge dict, or one holding several) as "`where`: word [lo, hi] (width); mde"."""
+    out = []
+    for where, d in dicts_in(get(data, path) if path else data, path):
+        if "interval_widths" not in d or not isinstance(d.get("word"), str):
+            continue
+        parts = []
+        for key, name in (("diff_ci", "effect - control"), ("effect_ci", "effect"), ("control_ci", "control")):
+            if name in d["interval_widths"] and isinstance(d.get(key), list):
+                parts.append(f"{name} [{r.num(f'{where}/{key}/0')}, {r.num(f'{where}/{key}/1')}] "
+                             f"({r.num(pointer(*_parts(where), 'interval_widths', name))})")
+        mde = f"; detects {r.num(where + '/mde')}" if isinstance(d.get("mde"), (int, float)) else ""
+        out.append(f"`{where}` {d['word']}: " + (", ".join(parts) or "no interval") + mde)
+    return "; ".join(out) or f"`{path}`"
+
+
 def common_regions(data: dict) -> dict[str, str]:
     """The bodies of COMMON_REGIONS for a study JSON: its "paper_claims" (word, and what a claim not run
     would need) and its budget block's "departures" (ours beside the paper's, and why)."""
     r = Render(data)
-    claims = ["| claim | word | from / what it would need |", "|---|---|---|"]
+    claims = ["| claim | word | its judgements: interval of effect - control, or of effect and control (width); "
+              "smallest margin it could detect / what it would need |", "|---|---|---|"]
     for e in data.get(LEDGER_KEY) or []:
-        where = ", ".join(f"`{v}`" for v in e.get("verdicts", [])) or _plain(e.get("needs", ""))
+        where = "; ".join(_judged(r, data, v) for v in e.get("verdicts", [])) or _plain(e.get("needs", ""))
         claims.append(f"| `{e['id']}`: {_plain(e['text'])} | **{e['word']}** | {where} |")
     if len(claims) == 2:
         claims = ["No claim of the five papers is judged by this study."]
