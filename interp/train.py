@@ -291,8 +291,9 @@ def _name_codes(model, recipe: Recipe) -> NameCodes | None:
 
 
 def _fit(model, recipe: Recipe, inputs, targets, steps: int, gen, desc: str, progress: bool, eval_every: int = 0,
-         codes: NameCodes | None = None):
-    """One phase of AdamW training from a fresh optimiser; returns (history, snapshots)."""
+         codes: NameCodes | None = None, offset: int = 0):
+    """One phase of AdamW training from a fresh optimiser; returns (history, snapshots), keyed by the
+    step counted from the start of training (`offset`: the steps of the phases before this one)."""
     opt = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay, betas=(0.9, 0.98))
     history: list[dict[str, float]] = []
     snapshots: dict[int, dict[str, torch.Tensor]] = {}
@@ -326,8 +327,8 @@ def _fit(model, recipe: Recipe, inputs, targets, steps: int, gen, desc: str, pro
             bar.set_postfix(loss=f"{loss.item():.4f}")
         if eval_every and (step % eval_every == 0 or step == steps - 1):
             model.eval()
-            history.append({"step": step, "loss": loss.item(), **evaluate(recipe, model)})
-            snapshots[step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            history.append({"step": offset + step, "loss": loss.item(), **evaluate(recipe, model)})
+            snapshots[offset + step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
             model.train()
     model.eval()
     return history, snapshots
@@ -385,8 +386,9 @@ def _train(recipe: Recipe, out_dir, *, progress: bool, evaluate_after: bool, pha
     if recipe.finetune_steps:
         focus = replace(recipe, seed=recipe.seed + 1, data={**recipe.data, "mix": recipe.finetune_mix})
         inputs, targets = training_rows(focus)
-        _fit(model, recipe, inputs, targets, recipe.finetune_steps, torch.Generator().manual_seed(recipe.seed + 1),
-             f"train {recipe.name} (phase 2)", progress, codes=codes)
+        more, shots = _fit(model, recipe, inputs, targets, recipe.finetune_steps, torch.Generator().manual_seed(recipe.seed + 1),
+                           f"train {recipe.name} (phase 2)", progress, recipe.eval_every, codes, offset=recipe.steps)
+        history, snapshots = history + more, {**snapshots, **shots}
     seconds = time.time() - start + previous_seconds
     card = {
         "name": recipe.name,
@@ -429,7 +431,12 @@ def grokking_steps(history: list[dict[str, Any]], split: str = "test") -> dict[s
 
 
 def _save_checkpoints(recipe, model, tokenizer, history, snapshots, out_dir: Path) -> None:
-    marks = grokking_steps(history)
+    """A task with a "test" split keeps the steps before, at and after its jump (`grokking_steps`);
+    any other keeps every recorded step, as checkpoints/step-NNNNN."""
+    if "test" in history[0]:
+        marks = grokking_steps(history)
+    else:
+        marks = {f"step-{h['step']:05d}": h["step"] for h in history}
     for label, step in marks.items():
         model.load_state_dict(snapshots[step])
         extra = {"checkpoint.json": json.dumps({"label": label, "step": step, **next(h for h in history if h["step"] == step)})}

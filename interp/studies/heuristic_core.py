@@ -13,7 +13,10 @@ what is missing. `repro` then aggregates whatever units exist, per model and spa
 * the spread of ID / OOD accuracy across distinct masks, beside random masks with the same
   per-layer kept counts at matched ID accuracy (`masking.controls.matched_random`);
 * the core (units kept by every distinct mask) against chance (`masking.core_baseline`), and the
-  core evaluated alone.
+  core evaluated alone;
+* whether the core's heads emerge early in training (a zoo recipe retrained with checkpoints) and
+  whether the generalizing masks' extra heads read the core (`interp.studies.heuristic_core_mech`,
+  which also lists how each budget departs from the paper: `departures`).
 
 Zoo language models: masks learned on ``sva_id`` (a third each of no attractor, PP and RC
 attractors), evaluated on ``sva_id`` and ``sva_attractor_mismatch`` (every attractor disagrees with
@@ -40,13 +43,14 @@ from interp.results import Heading, stack
 from interp.masking.controls import distinct, matched_random
 from interp.model import ZOO_DIR, build_tiny, describe, load
 from interp.studies.heuristic_core_cost import cost, recalibrate_gpu
+from interp.studies.heuristic_core_mech import departures, model_reading, study_emergence
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import against_all, judge
 from interp.tasks import bpe, english
 from interp.tasks.base import SPECIALS
 
-__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "official", "plan", "recalibrate_gpu", "repro",
-           "spread", "summarize", "sva_tasks", "timing", "verdicts"]
+__all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "departures", "official", "plan", "recalibrate_gpu",
+           "repro", "spread", "summarize", "sva_tasks", "timing", "verdicts"]
 
 STUDY = "heuristic-core"
 VERSION = 1  # bump when a unit's code changes what it computes
@@ -67,20 +71,23 @@ ZOO_SPLITS = ("sva_id", "sva_attractor_mismatch")
 PAPER = {"full_model_hans": 0.272, "sparsity": 0.5, "subnetworks_50_mnli": [0.80, 0.82], "subnetworks_50_hans": [0.013, 0.119],
          "steps": PAPER_STEPS, "batch_size": PAPER_BATCH}
 
+# emergence_*: the zoo recipe retrained with checkpoints (None: not run; emergence_steps None: the recipe's
+# own steps); reading_*: EAP rows (zoo; real models use real_rows) and random draws of the reading control
 _COMMON = {"recipe": "official", "sparsity": 0.5, "other_sparsities": [0.7, 0.9], "seeds_per_forward": 4, "core_draws": 30,
-           "baseline_draws": 2000, "control_tolerance": 0.02, "learn": True}
+           "baseline_draws": 2000, "control_tolerance": 0.02, "learn": True, "emergence_recipe": None, "emergence_every": 100,
+           "emergence_steps": None, "emergence_rows": 512, "emergence_draws": 2000, "reading_rows": 512, "reading_draws": 2000}
 BUDGETS: dict[str, dict[str, Any]] = {
     # what the tests run: seconds
     "quick": {**_COMMON, "models": ["zoo:lm-gpt2"], "steps": 40, "batch_size": 16, "rows": 64, "seeds": [0, 1, 2],
               "other_sparsities": [], "other_seeds": 2, "other_model_seeds": 2, "control_draws": 40,
               "real_recipe": "package", "real_steps": 4, "real_batch_size": 4, "real_rows": 8, "real_seeds": 2,
-              "real_control_draws": 4, "baseline_draws": 200},
+              "real_control_draws": 4, "baseline_draws": 200, "reading_rows": 64, "reading_draws": 200},
     # the paper's schedule on the zoo (9300 steps; batch 32 of their 128), 12 seeds at 0.5 on the first
     # model, 4 at each other sparsity and 4 on every other zoo model; real models on a compressed schedule
     "paper": {**_COMMON, "models": ["zoo:lm-gpt2", "zoo:lm-llama", "smollm2-135m"], "steps": PAPER_STEPS, "batch_size": 32,
               "rows": 512, "seeds": list(range(12)), "other_seeds": 4, "other_model_seeds": 4, "control_draws": 500,
               "real_recipe": "package", "real_steps": 150, "real_batch_size": 8, "real_rows": 64, "real_seeds": 4,
-              "real_control_draws": 20},
+              "real_control_draws": 20, "emergence_recipe": "lm-llama"},
 }
 
 
@@ -350,7 +357,11 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, *, budget:
         res = _aggregate(model_of(spec), spec, mine, results, b, progress) if any(r is not None for r in results) else \
             {"units_done": 0, "units_total": len(mine)}
         res.update(_seconds(results, mine))
+        if "sparsities" in res:  # the OOD split's rows for EAP (real models: their own rows)
+            ood = _tasks(model_of(spec), spec, b["real_rows"] if _is_real(spec) else b["reading_rows"])[1][res["ood_split"]]
+            res["reading"] = model_reading(model_of(spec), res, b, ood)
         out["models"][spec] = res
+    out["emergence"] = study_emergence(out, b, store, progress)
     for spec, m in out["models"].items():
         if "sparsities" in m:
             m["verdicts"] = verdicts(m, b["sparsity"])

@@ -4,7 +4,8 @@ bound to its key (`interp.studies.docs.Render`): `write_doc("docs/heuristic_core
 
 Regions: ``hc-paper`` (the paper's numbers), ``hc-budget`` (budget and provenance), ``hc-results``
 (per model: the per-sparsity table, every mask, the verdicts), ``hc-timing`` (measured rate, CPU
-hours, GPU estimate).
+hours, GPU estimate), ``hc-reading`` (the first zoo model's claims in words), ``hc-mechanism`` (the
+core's emergence over training and whether the generalizing masks' extra heads read it).
 """
 
 from __future__ import annotations
@@ -174,6 +175,61 @@ def _reading(r: Render, data: dict[str, Any]) -> str:
     return " ".join(out)
 
 
+def _emergence(r: Render, e: dict[str, Any] | None) -> str:
+    if not e or "checkpoints" not in e:
+        return "Emergence over training: not run in this budget (no checkpoints trained or stored)."
+    at = ("emergence",)
+    v = e["verdict"]
+    heads = ", ".join(f"`({layer}, {h})`" for layer, h in e["core_heads"]) or "none"
+    out = [f"Emergence over training: `{e['recipe']}` retrained by its own recipe with a checkpoint every {r.int('/emergence/every')} "
+           f"steps ({r.int('/emergence/last_step')} steps in all"
+           + (f"; the last checkpoint's weights differ from the shipped model's by at most {r.num('/emergence/final_vs_shipped')}"
+              if e.get("final_vs_shipped") is not None else "") + f"). The final core's heads: {heads}."]
+    if e["generalized_at"] is None:
+        out.append("The model never reaches the generalization threshold out of distribution, so nothing is judged.")
+    else:
+        out.append(f"It first generalizes out of distribution at step {r.int('/emergence/generalized_at')}.")
+    if e["judged_at"] is not None:
+        out.append(f"At the last checkpoint before that (step {r.int('/emergence/judged_at')}) the core heads' mean importance percentile "
+                   f"is {r.num(pointer(*at, 'verdict', 'effect'))}, against {r.num(pointer(*at, 'verdict', 'control'))} for random head "
+                   f"sets of the core's size (median; 5th–95th percentile {r.num(pointer(*at, 'verdict', 'control_ci', 0))}–"
+                   f"{r.num(pointer(*at, 'verdict', 'control_ci', 1))}, {r.int(pointer(*at, 'verdict', 'draws'))} draws): core heads "
+                   f"important before the model generalizes is **{r.text(pointer(*at, 'verdict', 'word'))}**.")
+    else:
+        out.append(f"No checkpoint precedes generalization with a core head to trace: **{r.text(pointer(*at, 'verdict', 'word'))}**.")
+    if e["core_first_above_random"] is not None:
+        out.append(f"The core heads first stand above the random sets' 95th percentile at step {r.int('/emergence/core_first_above_random')}.")
+    else:
+        out.append("The core heads never stand above the random sets' 95th percentile.")
+    return " ".join(out)
+
+
+def _reads(r: Render, data: dict[str, Any], spec: str) -> str:
+    g = data["models"][spec].get("reading")
+    if g is None:
+        return ""
+    at = ("models", spec, "reading")
+    if "generalizing_extra_reading" not in g:
+        why = "no head is kept by every distinct mask, so there is no core to read" if not g["core_heads"] else \
+            "too few distinct masks with extra heads to split"
+        return f"- `{spec}`: {why}: **{r.text(pointer(*at, 'claim', 'word'))}**."
+    return (f"- `{spec}` (`{len(g['core_heads'])}` core heads, {r.int(pointer(*at, 'masks'))} distinct masks, split by `{g['split']}` "
+            f"accuracy): the generalizing half's extra heads read the core at {r.num(pointer(*at, 'generalizing_extra_reading'))} per head, "
+            f"random non-core heads of the same per-layer counts at {r.num(pointer(*at, 'random', 'median'))} (5th–95th percentile "
+            f"{r.num(pointer(*at, 'random', 'q05'))}–{r.num(pointer(*at, 'random', 'q95'))}): **{r.text(pointer(*at, 'vs_random', 'word'))}**; "
+            f"the non-generalizing half's extra heads at {r.num(pointer(*at, 'not_generalizing_extra_reading'))} (difference "
+            f"{r.num(pointer(*at, 'difference', 'value'), signed=True)}, bootstrap 2.5th–97.5th percentile {r.num(pointer(*at, 'difference', 'ci95', 0), signed=True)}"
+            f" to {r.num(pointer(*at, 'difference', 'ci95', 1), signed=True)}): **{r.text(pointer(*at, 'vs_not_generalizing', 'word'))}**; "
+            f"the claim: **{r.text(pointer(*at, 'claim', 'word'))}**.")
+
+
+def _mechanism(r: Render, data: dict[str, Any]) -> str:
+    reads = [x for x in (_reads(r, data, spec) for spec in data["models"]) if x]
+    return "\n".join([_emergence(r, data.get("emergence")), "",
+                      "Do the generalizing masks' extra heads read the core (summed |EAP edge score| from the core heads into each "
+                      "head's q/k/v inputs)?" if reads else "Reading the core: not run.", "", *reads])
+
+
 def regions(data: dict[str, Any]) -> dict[str, str]:
     """The doc's regions for one `heuristic_core.repro` JSON."""
     r = Render(data)
@@ -184,6 +240,7 @@ def regions(data: dict[str, Any]) -> dict[str, str]:
     out["hc-results"] = r.region("\n".join(lines).rstrip())
     out["hc-timing"] = r.region(_timing(r, data))
     out["hc-reading"] = r.region(_reading(r, data))
+    out["hc-mechanism"] = r.region(_mechanism(r, data))
     return out
 
 
