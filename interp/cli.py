@@ -116,7 +116,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
 # `interp repro NAME`: the names of interp.studies.protocol.REGISTRY, copied here so that `interp --help`
 # imports no study (tests/test_study_protocol.py holds the two equal)
-REPROS = ("circuits", "cores", "extractive", "heuristic-core", "illusions", "specialization", "steering")
+REPROS = ("circuits", "cores", "extractive", "grokking", "heuristic-core", "illusions", "specialization", "steering")
 
 
 def _seeds(text: str) -> int | list[int]:
