@@ -53,7 +53,7 @@ GROKKED = 0.9  # test accuracy that marks grokking (interp.train.grokking_steps)
 BUDGETS: dict[str, dict[str, Any]] = {
     "quick": {"p": 23, "train_frac": 0.6, "widths": [32, 48], "seeds": [0], "steps": 400, "eval_every": 25,
               "lr": 3e-3, "weight_decay": 1.0, "draws": 10, "perms": 200, "boot": 200, "max_k": 16},
-    "paper": {"p": 59, "train_frac": 0.3, "widths": [32, 48, 64], "seeds": [0, 1, 2], "steps": 1500, "eval_every": 25,
+    "paper": {"p": 59, "train_frac": 0.3, "widths": [32, 48, 64], "seeds": [0, 1, 2], "steps": 2000, "eval_every": 25,
               "lr": 1e-3, "weight_decay": 1.0, "draws": 20, "perms": 2000, "boot": 2000, "max_k": 16},
 }
 
