@@ -28,7 +28,7 @@ from typing import Literal, Sequence
 from interp.errors import InterpError
 
 __all__ = [
-    "SITES", "SiteSpec", "check_head", "check_hook_names", "check_layer", "check_tokens", "hook_name", "kind_of",
+    "SITES", "SiteSpec", "check_head", "check_hook_names", "check_layer", "check_position", "check_tokens", "hook_name", "kind_of",
     "kv_head_of", "layer_of", "n_kv_heads", "position_axis", "spec_of",
 ]
 
@@ -57,6 +57,9 @@ SITES: dict[str, SiteSpec] = {
 }
 _SUFFIX = {spec.hook.split("{layer}.")[1]: spec for spec in SITES.values()}
 _LAYER = re.compile(r"^blocks\.(\d+)\.")
+# a full hook name: dot-separated identifiers (a module path inside the model), nothing a file could
+# use to name a path ("../x") or an expression
+_FULL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*")
 
 
 def spec_of(site: str) -> SiteSpec:
@@ -73,6 +76,9 @@ def hook_name(site: str, layer: int | None = None) -> str:
     if not isinstance(site, str):
         raise InterpError(f"a site is a short name with a layer or a full hook name, got {site!r}")
     if "." in site or site.startswith("hook_"):
+        if len(site) > 200 or not _FULL.fullmatch(site):
+            raise InterpError(f"site {site[:80]!r} is not a hook name: use dot-separated identifiers like "
+                              "'blocks.0.hook_resid_pre' (see interp.hooks.hook_names(model))")
         found = layer_of(site)
         if layer is not None and found != layer:
             raise InterpError(f"site {site!r} is in layer {found} but layer={layer} was given; pass one or the other")
@@ -139,14 +145,47 @@ def kv_head_of(model, head: int) -> int:
     return head // (model.cfg.n_heads // n_kv_heads(model))
 
 
-def check_tokens(tokens, what: str = "tokens") -> None:
-    """InterpError unless `tokens` is an integer tensor of token ids ([batch, pos] or [pos]).
+def check_tokens(tokens, what: str = "tokens", model=None) -> None:
+    """InterpError unless `tokens` is a non-empty integer tensor of token ids, [batch, pos] or
+    [pos]; with `model`, also ids inside its vocabulary and rows no longer than its context.
 
-    Called at the entry points (interp.run, patching), so float ids fail here, naming the fix,
-    instead of deep inside the embedding."""
+    The one check of token input, called at every entry point (interp.run, patching, circuits,
+    features), so float ids, a 3-D stack, an empty batch or a prompt past the context fail here,
+    naming the fix, instead of deep inside the embedding."""
     import torch
 
     if not isinstance(tokens, torch.Tensor):
         raise InterpError(f"{what} is a {type(tokens).__name__}; pass a tensor of token ids, e.g. model.to_tokens(text)")
     if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
         raise InterpError(f"{what} has dtype {tokens.dtype}; token ids must be integers: pass {what}.long()")
+    if tokens.ndim not in (1, 2):
+        raise InterpError(f"{what} has shape {tuple(tokens.shape)}; token ids must be [batch, pos] (or [pos] for one "
+                          f"row): pass {what}.flatten(0, -2) to stack the rows")
+    if tokens.numel() == 0:
+        raise InterpError(f"{what} is empty, shape {tuple(tokens.shape)}; pass at least one row of at least one token")
+    if model is None:
+        return
+    n_ctx, d_vocab = model.cfg.n_ctx, model.cfg.d_vocab
+    if n_ctx and tokens.shape[-1] > n_ctx:
+        raise InterpError(f"{what} has {tokens.shape[-1]} positions, past the model's context (n_ctx={n_ctx}); "
+                          f"pass at most {n_ctx} tokens per row (truncate or split the prompt)")
+    lo, hi = int(tokens.min()), int(tokens.max())
+    if lo < 0 or hi >= d_vocab:
+        raise InterpError(f"{what} holds token id {lo if lo < 0 else hi}, outside the model's vocabulary "
+                          f"(d_vocab={d_vocab}); pass ids in 0..{d_vocab - 1} made by this model's tokenizer")
+
+
+def check_position(pos, n_pos: int, what: str = "position") -> int:
+    """`pos` as an int, or InterpError unless it indexes one of `n_pos` positions (negative counts
+    from the end, as Python does)."""
+    if isinstance(pos, bool) or not isinstance(pos, int):
+        try:
+            import operator
+
+            pos = operator.index(pos)  # numpy and 0-d torch integers
+        except TypeError:
+            raise InterpError(f"{what}={pos!r} must be an int position") from None
+    if not -n_pos <= pos < n_pos:
+        raise InterpError(f"{what}={pos} is past the prompt: it has {n_pos} positions; "
+                          f"pass one in -{n_pos}..{n_pos - 1}")
+    return pos

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 
 from interp.errors import InterpError
+from interp.validate import read_safetensors, refuse
 
-__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "file_sha256", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
+__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
 FORMAT = "interp/2"
 _OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
@@ -129,33 +129,72 @@ def _encode(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     raise InterpError(f"{key} holds a {type(value).__name__}, which a result cannot save; use tensors, numbers, strings, lists, tuples and dicts")
 
 
-def _lookup(name: str) -> type:
+def _lookup(name: Any, source: Any, where: str) -> type:
+    if not isinstance(name, str):
+        raise refuse(source, f"{where}.$result", f"is {name!r}", "a result type's name")
     tag = name.rpartition(".")[2]  # an interp/1 file names "module.Class"; the class name is its tag
     if tag not in _REGISTRY and tag in HOMES:
-        importlib.import_module(HOMES[tag])  # registers the type
+        importlib.import_module(HOMES[tag])  # registers the type: only modules HOMES names are ever imported
     if tag not in _REGISTRY:
-        raise InterpError(f"the file holds a result of type {name!r}, which no imported module registers; import the "
-                          "module that defines it first (interp's own types load by themselves: interp.storage.HOMES)")
+        raise InterpError(f"{source}: {where} is of type {name[:60]!r}, which no imported module registers; import "
+                          "the module that defines it first (interp's own types load by themselves: interp.storage.HOMES)")
     return _REGISTRY[tag]
 
 
-def _decode(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+_MARKS = ("$tensor", "$tuple", "$dict", "$float", "$result")
+
+
+def _decode(value: Any, tensors: dict[str, torch.Tensor], source: Any = "the file", where: str = "result") -> Any:
+    """The value a header entry encodes, checked: every mark well formed, every tensor present, every
+    result built from exactly its fields; anything else is refused naming `source` and `where`."""
     if isinstance(value, list):
-        return [_decode(v, tensors) for v in value]
+        return [_decode(v, tensors, source, f"{where}.{i}") for i, v in enumerate(value)]
     if not isinstance(value, dict):
         return value
-    if "$tensor" in value:
-        return tensors[value["$tensor"]]
-    if "$tuple" in value:
-        return tuple(_decode(v, tensors) for v in value["$tuple"])
-    if "$dict" in value:
-        return {k: _decode(v, tensors) for k, v in value["$dict"].items()}
-    if "$float" in value:
-        return float(value["$float"])
-    if "$result" in value:
-        cls = _lookup(value["$result"])
-        return cls(**{k: _decode(v, tensors) for k, v in value["fields"].items()})
-    raise InterpError(f"unreadable value in the file header: {sorted(value)}")
+    mark = [m for m in _MARKS if m in value]
+    if len(mark) != 1 or set(value) - {mark[0], *(("fields",) if mark[0] == "$result" else ())}:
+        raise refuse(source, where, f"has keys {sorted(value)[:5]}", f"exactly one of {', '.join(_MARKS)}")
+    body = value[mark[0]]
+    if mark[0] == "$tensor":
+        if not isinstance(body, str) or body not in tensors:
+            raise refuse(source, where, f"names tensor {str(body)[:60]!r}, which the file lacks",
+                         f"one of its {len(tensors)} tensors (a file that save() wrote whole)")
+        return tensors[body]
+    if mark[0] == "$float":
+        if body not in ("nan", "inf", "-inf"):
+            raise refuse(source, where, f"is {str(body)[:30]!r}", "'nan', 'inf' or '-inf'")
+        return float(body)
+    if mark[0] == "$tuple":
+        if not isinstance(body, list):
+            raise refuse(source, where, f"is a {type(body).__name__}", "a list")
+        return tuple(_decode(v, tensors, source, f"{where}.{i}") for i, v in enumerate(body))
+    if mark[0] == "$dict":
+        if not isinstance(body, dict):
+            raise refuse(source, where, f"is a {type(body).__name__}", "an object")
+        return {k: _decode(v, tensors, source, f"{where}.{k}") for k, v in body.items()}
+    return _build(_lookup(body, source, where), value.get("fields"), tensors, source, where)
+
+
+def _build(cls: type, fields: Any, tensors: dict[str, torch.Tensor], source: Any, where: str) -> Any:
+    """A result of type `cls` from its header fields; the class's own checks (`__post_init__`) run."""
+    if not isinstance(fields, dict):
+        raise refuse(source, f"{where}.fields", f"is a {type(fields).__name__}", f"an object of {cls.__name__}'s fields")
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(fields) - set(known))
+    required = [n for n, f in known.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in fields]
+    if unknown or missing:
+        raise refuse(source, f"{where}.fields", f"has unknown {unknown[:3]} / lacks {missing[:3]}",
+                     f"{cls.__name__}'s fields {sorted(known)[:8]}")
+    values = {k: _decode(v, tensors, source, f"{where}.{k}") for k, v in fields.items()}
+    try:
+        return cls(**values)
+    except InterpError as err:
+        raise InterpError(f"{source}: {where}: {str(err)[:200]}") from None
+    except (TypeError, ValueError, AttributeError, IndexError, KeyError, RuntimeError) as err:
+        raise refuse(source, where, f"does not make a {cls.__name__} ({type(err).__name__}: {str(err)[:80]})",
+                     "a file that save() wrote") from None
 
 
 def save(obj: Any, path: str | Path) -> Path:
@@ -171,20 +210,18 @@ def save(obj: Any, path: str | Path) -> Path:
 
 
 def load(path: str | Path) -> Any:
-    """The result saved at `path`, of whatever registered type it was."""
+    """The result saved at `path`, of whatever registered type it was; a file that is not one whole
+    result file (truncated, another format, a header naming a type or tensor it lacks) is refused."""
+    meta, tensors = read_safetensors(path, "an interp result file", "one that result.save(path) or interp.results.save wrote")
+    if meta.get("format") not in (FORMAT, *_OLD_FORMATS):
+        raise InterpError(f"{path} is not an interp result file (format {str(meta.get('format'))[:40]!r}, want {FORMAT!r})")
     try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") not in (FORMAT, *_OLD_FORMATS):
-                raise InterpError(f"{path} is not an interp result file (format {meta.get('format')!r}, want {FORMAT!r})")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except InterpError:
-        raise
-    except Exception as err:  # missing file, or not safetensors at all (safetensors has its own error type)
-        why = "no such file" if not Path(path).exists() else f"{type(err).__name__}: {err}"
-        raise InterpError(f"cannot read {path} as an interp result file ({why}); pass one that result.save(path) "
-                          "or interp.results.save wrote") from None
-    return _decode(json.loads(meta["result"]), tensors)
+        header = json.loads(meta.get("result", ""))
+    except (ValueError, RecursionError):
+        raise refuse(path, "header field 'result'", "is not JSON", "the JSON save() writes") from None
+    if not isinstance(header, dict) or "$result" not in header:
+        raise refuse(path, "header field 'result'", "holds no result", "{'$result': type, 'fields': {...}}")
+    return _decode(header, tensors, path)
 
 
 @contextmanager
@@ -235,6 +272,24 @@ def atomic_dir(path: str | Path, *, complete: Callable[[Path], bool] | None = No
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def check_writable(path: str | Path, *, folder: bool = False) -> Path:
+    """`path`, once it is known that a file (or with `folder`, a folder) can be written there: its
+    nearest existing parent is a writable folder, and `path` is not something of the other kind. Call
+    it before a long run so a bad --out is refused in a second, not after the work."""
+    path = Path(path).expanduser()
+    if path.exists() and path.is_dir() != folder:
+        raise InterpError(f"{path} is a {'file' if folder else 'folder'}; pass a path where a "
+                          f"{'folder' if folder else 'file'} can be written")
+    parent = path.parent if not (folder and path.exists()) else path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise InterpError(f"{path} cannot be written: {parent} is a file, not a folder; pass a path under a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InterpError(f"{path} cannot be written: {parent} is not writable; pass a path in a writable folder")
+    return path
+
+
 def write_tensors_atomic(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
     with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata=metadata)
@@ -279,16 +334,21 @@ def _flatten(value: Any, key: str, tensors: dict[str, torch.Tensor]) -> Any:
     raise InterpError(f"{key} holds a {type(value).__name__}, which a state file cannot save")
 
 
-def _unflatten(value: Any, tensors: dict[str, torch.Tensor]) -> Any:
+def _unflatten(value: Any, tensors: dict[str, torch.Tensor], source: Any = "the file", where: str = "state") -> Any:
     if isinstance(value, list):
-        return [_unflatten(v, tensors) for v in value]
+        return [_unflatten(v, tensors, source, f"{where}.{i}") for i, v in enumerate(value)]
     if not isinstance(value, dict):
         return value
-    if "$tensor" in value:
+    if value.keys() == {"$tensor"} and value["$tensor"] in tensors:
         return tensors[value["$tensor"]]
-    if "$float" in value:
+    if value.keys() == {"$float"} and value["$float"] in ("nan", "inf", "-inf"):
         return float(value["$float"])
-    return {k: _unflatten(v, tensors) for k, v in value["$items"]}
+    items = value.get("$items") if value.keys() == {"$items"} else None
+    if not isinstance(items, list) or not all(isinstance(i, list) and len(i) == 2 and isinstance(i[0], (str, int))
+                                               for i in items):
+        raise refuse(source, where, f"has keys {sorted(value)[:4]} (or names a tensor the file lacks)",
+                     "a tensor, a float mark or [key, value] items, as save_state writes")
+    return {k: _unflatten(v, tensors, source, f"{where}.{k}") for k, v in items}
 
 
 def save_state(state: dict[str, Any], path: str | Path) -> Path:
@@ -303,16 +363,18 @@ def save_state(state: dict[str, Any], path: str | Path) -> Path:
 
 
 def load_state(path: str | Path) -> dict[str, Any]:
-    """The checkpoint `save_state` wrote at `path`."""
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except Exception as err:
-        raise InterpError(f"cannot read {path} as an interp state file: {err}") from None
+    """The checkpoint `save_state` wrote at `path` (refused, naming the file, when it is not one whole)."""
+    meta, tensors = read_safetensors(path, "an interp state file", "one that save_state wrote")
     if meta.get("format") != _STATE_FORMAT:
-        raise InterpError(f"{path} is not an interp state file (format {meta.get('format')!r}, want {_STATE_FORMAT!r})")
-    return _unflatten(json.loads(meta["state"]), tensors)
+        raise InterpError(f"{path} is not an interp state file (format {str(meta.get('format'))[:40]!r}, want {_STATE_FORMAT!r})")
+    try:
+        header = json.loads(meta.get("state", ""))
+    except (ValueError, RecursionError):
+        raise refuse(path, "header field 'state'", "is not JSON", "the JSON save_state writes") from None
+    state = _unflatten(header, tensors, path)
+    if not isinstance(state, dict):
+        raise refuse(path, "header field 'state'", f"holds a {type(state).__name__}", "a dict of state")
+    return state
 
 
 def cache_dir() -> Path:
