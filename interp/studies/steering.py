@@ -184,7 +184,7 @@ def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
         {"what": "dev prompts per layer (layer choice)", "ours": {"zoo": values["n_dev"], "real": values["n_dev_real"]},
          "paper": unstated, "why": "every layer of both axes is generated on dev"},
         {"what": "random directions of the same norm (control)", "ours": {"zoo": values["draws"], "real": values["draws_real"]},
-         "paper": f"no control {unstated}", "why": "verdicts need >= 10 draws; CPU bounds the real models'"},
+         "paper": "none named in the abstract (the only text of the paper here)", "why": "verdicts need >= 10 draws; CPU bounds the real models'"},
         {"what": "steered layer", "ours": f"{values['layers']} resid_post swept; chosen per axis on dev among all but the "
                                           "last (the final residual stream, forced by the readout)",
          "paper": unstated, "why": "a layer is chosen on held-out data, never where the unembedding forces the flip"},
