@@ -23,7 +23,7 @@ def result(quick):
 
 def test_one_run_per_width_and_seed_each_with_three_cores(result):
     b = result["budget"]["values"]
-    assert [(r["width"], r["seed"]) for r in result["runs"]] == [(w, s) for w in b["widths"] for s in b["seeds"]]
+    assert [(r["width"], r["seed"]) for r in result["runs"]] == [(w, s) for s in b["seeds"] for w in b["widths"]]
     for r in result["runs"]:
         cps = r["checkpoints"]
         assert list(cps) == ["before", "at", "after"]

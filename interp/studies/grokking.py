@@ -281,7 +281,8 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     _check(b, models)
     store = Units(STUDY, units, version=VERSION)
     keys = ("p", "train_frac", "steps", "eval_every", "lr", "weight_decay", "draws", "max_k")
-    configs = [{"unit": "train", "width": w, "seed": s, **{k: b[k] for k in keys}} for w in b["widths"] for s in b["seeds"]]
+    # seed-major: a run stopped part-way has every width for its first seeds (aggregate those with --set seeds=...)
+    configs = [{"unit": "train", "width": w, "seed": s, **{k: b[k] for k in keys}} for s in b["seeds"] for w in b["widths"]]
     runs = []
     for cfg in tqdm(configs, desc="grokking runs", disable=not progress):
         runs.append({"width": cfg["width"], "seed": cfg["seed"], **store.run(cfg, lambda cfg=cfg: _train_unit(cfg, progress))})
