@@ -122,11 +122,13 @@ def _sva(r: _R, sva: dict[str, Any]) -> dict[str, str]:
                 rows.append([fam, _layer(site) + mark, kind + (" (smallest k)" if kind == "core" and site == v["site"] else ""),
                              r.int(pointer(*p, kind, "k")),
                              r.num(pointer(*p, "axis_cos_readout")) if kind == "axis" else "",
-                             *[r.ctl(*p, kind, "validation", m, "binary_accuracy") for m in ("core_only", "core_removed", "core_flipped")],
+                             *[r.ctl(*p, kind, "validation", m, metric) for metric in ("logit_diff", "binary_accuracy")
+                               for m in ("core_only", "core_removed", "core_flipped")],
                              words])
     out = {"sva_layers": r.region(_table(
-        ["family", "layer", "subspace", "k", "axis abs cos with the readout", "acc: core only (random mean [min, max])",
-         "core removed", "core flipped", "words: only / removed / flipped"], rows))}
+        ["family", "layer", "subspace", "k", "axis abs cos with the readout", "logit diff: core only (random mean [min, max])",
+         "core removed", "core flipped", "acc: core only (random mean [min, max])", "core removed", "core flipped",
+         "words (logit diff): only / removed / flipped"], rows))}
     rows = [[fam, _layer(v["site"]), r.int(pointer("sva", "families", fam, "k")), _yes(v["chosen_is_last"]),
              r.num(pointer("sva", "families", fam, "layers", v["site"], "axis_cos_readout")),
              _yes(v["axis_words_differ_across_layers"]), v["readout_judge"]["word"], _layer(v["axis_site"]),
@@ -303,10 +305,12 @@ def headline(r: _R, result: dict[str, Any]) -> str:
                      f"axis at an unforced layer: {result['sva']['verdict']}" + (f"; alignment: {combine(al)}" if al else "")])
     if "families" in result.get("ioi", {}):
         tc = "transfer_count" in result["ioi"]
+        cnt = "/ioi/transfer_count/"
         rows.append(["ioi", "compact cores at two sites, linked by an operator that transfers across families (`6 of 12` pairs)",
                      _ioi_cell(r, result), f"k: {result['ioi']['k_verdict']}; operator: {result['ioi']['operator_verdict']}"
-                     + (f"; transfer beats random operators in {r.int('/ioi/transfer_count/beat_random_operators')} of "
-                        f"{r.int('/ioi/transfer_count/pairs')} pairs" if tc else "")])
+                     + (f"; transfer beats random operators of the same norm in {r.int(cnt + 'beat_random_operators')} of "
+                        f"{r.int(cnt + 'pairs')} pairs, shuffled-prompt alignments in {r.int(cnt + 'beat_shuffled_prompts')} of "
+                        f"{r.int(cnt + 'pairs')}" if tc else "")])
     real = result.get("real", {})
     for section, claim in (("sva", "one steerable axis"), ("ioi", "compact two-site cores")):
         if "models" in real.get(section, {}):
@@ -366,8 +370,8 @@ def readings(r: _R, result: dict[str, Any]) -> dict[str, str]:
             passing = [s for s, lv in v["layers"].items() if all(j["word"] == "reproduced" for j in lv["axis"]["judges"].values())]
             parts.append(f"{f} at {', '.join(_layer(s) for s in passing) or 'no layer'}")
         out["sva_reading"] = r.region(
-            "Read at every residual layer against random subspaces of the same k, the 1-D axis keeps, breaks and inverts agreement "
-            "beyond every random draw (all three words \"reproduced\") at: " + "; ".join(parts) + ". The smallest-k rule picks the last "
+            "Read at every residual layer against random subspaces of the same k, the 1-D axis keeps, lowers and inverts the "
+            "agreement logit difference beyond every random draw (all three words \"reproduced\") at: " + "; ".join(parts) + ". The smallest-k rule picks the last "
             "layer in " + (", ".join(f for f, v in fams.items() if v["chosen_is_last"]) or "no family") + "; there the axis is the "
             "unembedding readout (abs cos with the last layer's top output-gradient direction " +
             r.rng(_vals(r, [pointer("sva", "families", f, "layers", v["site"], "axis_cos_readout") for f, v in fams.items()])) +

@@ -45,9 +45,9 @@ from interp.cores import controls
 from interp.cores.linalg import principal_angles
 from interp.model import load
 from interp.results import Grid, Heading
-from interp.studies.cores_zoo import (STUDY, NoStore, alignment_judges, ioi_section, load_zoo, round_floats, sva_section,
+from interp.studies.cores_zoo import (STUDY, NoStore, alignment_judges, ioi_section, judge, load_zoo, round_floats, sva_section,
                                       validation_dict, zoo_dir)
-from interp.studies.verdicts import NOT_RUN, against_all, judge
+from interp.studies.verdicts import NOT_RUN, against_all
 
 __all__ = ["BUDGETS", "DECODERS", "MARKOV_SITE", "demo_section", "departures", "ioi_section", "markov_section", "modular_section",
            "random_plane_angles", "recalibrate_gpu", "repro", "repro_markdown", "sva_section"]

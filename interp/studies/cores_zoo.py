@@ -24,7 +24,8 @@ from interp.cores.linalg import principal_angles, random_basis
 from interp.model import ZOO_DIR, load
 from interp.results import Grid
 from interp.studies.ace_real import alignment_with_controls, core_verdict
-from interp.studies.verdicts import NOT_RUN, against_all, judge
+from interp.studies import verdicts
+from interp.studies.verdicts import NOT_RUN, against_all
 
 __all__ = ["STUDY", "NoStore", "alignment_judges", "ioi_section", "load_zoo", "round_floats", "sva_section", "transfer_judges",
            "unforced_layer", "validation_dict", "zoo_dir"]
@@ -40,6 +41,12 @@ def round_floats(x: Any, n: int = 4) -> Any:
     if isinstance(x, dict):
         return {k: round_floats(v, n) for k, v in x.items()}
     return x
+
+
+def judge(claim_text: str, *args: Any, **rule: Any) -> dict:
+    """`verdicts.judge` on the numbers as the JSON stores them (`round_floats`), so a tie that rounding
+    makes is judged as the reader sees it and `verdicts.rejudge` agrees with every stored word."""
+    return verdicts.judge(claim_text, *round_floats(list(args)), **round_floats(rule))
 
 
 def validation_dict(grid: Grid) -> dict[str, Any]:
@@ -101,13 +108,14 @@ def _layer_test(model, core: Core, test, draws: int) -> dict[str, Any]:
 
 
 def _layer_judges(test: dict[str, Any], draws: int | None = None) -> dict[str, Any]:
-    """The layer test's words (binary accuracy against the range of `draws` random subspaces; a range of
-    zero width, every draw alike, is no control by interp.studies.verdicts)."""
+    """The layer test's words: the mean logit difference against the range of `draws` random subspaces of
+    the same k (not binary accuracy, which saturates: random removals that all keep accuracy 1 make a range
+    of zero width, no control by interp.studies.verdicts)."""
     out = {}
-    for mode, claim, text in (("core_only", "greater", "keeping only the subspace keeps agreement"),
-                              ("core_removed", "less", "removing the subspace breaks agreement"),
-                              ("core_flipped", "less", "flipping the subspace inverts agreement")):
-        c = test["validation"][mode]["binary_accuracy"]
+    for mode, claim, text in (("core_only", "greater", "keeping only the subspace keeps more of the agreement logit difference"),
+                              ("core_removed", "less", "removing the subspace lowers the agreement logit difference more"),
+                              ("core_flipped", "less", "flipping the subspace lowers the agreement logit difference more")):
+        c = test["validation"][mode]["logit_diff"]
         out[mode] = judge(text, c["core"], c["random_mean"], claim, control_ci=[c["random_min"], c["random_max"]],
                           null="random subspaces", draws=c.get("n_random", draws))
     return out
@@ -336,8 +344,9 @@ def _ioi_transfer(models: dict[str, Any], sites: dict[str, list[str]], n: int, p
 
 
 def transfer_judges(pairs: dict[str, Any]) -> None:
-    """Each transfer's R² on B's held-out rows against random operators of the same norm (the claim's
-    control) and against transfers through shuffled-prompt alignments."""
+    """Each transfer's R² on B's held-out rows against random operators of the same norm and against
+    transfers through shuffled-prompt alignments (the claim must beat both: a transfer no better than one
+    through misaligned prompts does not rest on the alignment)."""
     for v in pairs.values():
         r = v["random_operators"]
         v["judges"] = {
@@ -346,7 +355,8 @@ def transfer_judges(pairs: dict[str, Any]) -> None:
                             null="random directions", draws=r["n"], claim_id="ace.ioi_operator_transfers"),
             "shuffled": judge("the operator carried through the prompt-matched alignments beats the same transfer through "
                               "alignments fitted on shuffled prompts", v["r2_after_transfer"], v["control_mean"], "greater",
-                              control_ci=[v["control_min"], v["control_max"]], null="shuffled rows", draws=v["control_n"])}
+                              control_ci=[v["control_min"], v["control_max"]], null="shuffled rows", draws=v["control_n"],
+                              claim_id="ace.ioi_operator_transfers")}
 
 
 def _shuffled(za: torch.Tensor, zb: torch.Tensor, core_a: Core, core_b: Core, perm: torch.Tensor) -> Alignment:
@@ -382,8 +392,9 @@ def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
         cfg = {"section": "ioi_transfer", "sites": sites, "rows": n, "prompts": align_prompts, "controls": 20}
         out["transfer"] = units.run(cfg, lambda: _ioi_transfer(models, sites, n, prompts))
         transfer_judges(out["transfer"])
-        out["transfer_count"] = {"pairs": len(out["transfer"]), "beat_random_operators": sum(
-            v["judges"]["random"]["word"] == "reproduced" for v in out["transfer"].values())}
+        out["transfer_count"] = {"pairs": len(out["transfer"]), **{f"beat_{name}": sum(
+            v["judges"][key]["word"] == "reproduced" for v in out["transfer"].values())
+            for key, name in (("random", "random_operators"), ("shuffled", "shuffled_prompts"))}}
     runs = list(out["families"].values()) + list(out["code_sizes"].values())
     for v in runs:  # the operator is a finding only above the identity map and every random-subspace fit
         b = v["baselines"]
