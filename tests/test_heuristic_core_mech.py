@@ -101,3 +101,14 @@ def test_train_keeps_a_checkpoint_every_k_steps_across_both_phases(tmp_path):
     saved = sorted(p.name for p in (tmp_path / "m" / "checkpoints").glob("step-*"))
     assert saved == ["step-00000", "step-00002", "step-00003", "step-00005"]
     assert json.loads((tmp_path / "m" / "checkpoints" / "step-00003" / "checkpoint.json").read_text())["step"] == 3
+
+
+def test_extend_refuses_a_dirty_tree(monkeypatch):
+    """The mechanism parts are added only from a clean checkout, so a commit reproduces them."""
+    from interp.errors import InterpError
+    from interp.studies import units
+    from interp.studies.heuristic_core_mech import extend
+
+    monkeypatch.setattr(units, "commit", lambda: "abc+dirty")
+    with pytest.raises(InterpError, match="clean checkout"):
+        extend({"budget": {"name": "paper", "values": {}}, "models": {}, "provenance": {}})

@@ -225,7 +225,11 @@ def _reads(r: Render, data: dict[str, Any], spec: str) -> str:
 
 def _mechanism(r: Render, data: dict[str, Any]) -> str:
     reads = [x for x in (_reads(r, data, spec) for spec in data["models"]) if x]
-    return "\n".join([_emergence(r, data.get("emergence")), "",
+    mech = data["provenance"].get("mechanism")
+    where = [f"Both were added to the stored result at commit `{mech['commit']}` (`{mech['date']}`, "
+             f"{r.num('/provenance/mechanism/wall_s')} s) by `{mech['command']}`; the numbers above it are the "
+             "aggregation's, unchanged.", ""] if mech else []
+    return "\n".join([*where, _emergence(r, data.get("emergence")), "",
                       "Do the generalizing masks' extra heads read the core (summed |EAP edge score| from the core heads into each "
                       "head's q/k/v inputs)?" if reads else "Reading the core: not run.", "", *reads])
 

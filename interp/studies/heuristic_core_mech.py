@@ -36,7 +36,7 @@ import torch
 from interp.errors import InterpError
 from interp.studies.verdicts import against_all, judge
 
-__all__ = ["GENERALIZED", "departures", "emergence", "emergence_unit", "model_reading", "percentile_of", "reading", "reading_scores",
+__all__ = ["GENERALIZED", "departures", "emergence", "emergence_unit", "extend", "model_reading", "percentile_of", "reading", "reading_scores",
            "study_emergence"]
 
 GENERALIZED = 0.9  # OOD accuracy at which a checkpoint counts as generalizing (the full zoo models score 1.0)
@@ -265,6 +265,45 @@ def study_emergence(out: dict[str, Any], b: dict[str, Any], store, progress: boo
             {"steps": [], "importance": [], "history": []}, [], draws=b["emergence_draws"], ood_split="", id_split="")["verdict"]}
     return {"recipe": name, "every": config["every"], "rows": config["rows"], **emergence(
         unit, core, draws=b["emergence_draws"], ood_split=m["ood_split"], id_split=m["id_split"])}
+
+
+def extend(data: dict[str, Any], units: str | Path | None = None, command: str | None = None,
+           progress: bool = False) -> dict[str, Any]:
+    """A stored heuristic-core result with both mechanism claims (`model_reading` per model,
+    `study_emergence`, its unit computed when missing), its budget's `departures` and its paper's claims
+    added; every stored number is kept, and the budget keys these parts read are filled from the
+    budget's own values. The commit the parts were computed at goes under provenance["mechanism"]
+    (refused from a tree with uncommitted changes under interp/, as the doc writer refuses such a JSON)."""
+    from datetime import datetime, timezone
+
+    from interp.model import load
+    from interp.studies import heuristic_core as hc
+    from interp.studies.claims import ledger
+    from interp.studies.docs import LEDGER_KEY
+    from interp.studies.protocol import add_departures
+    from interp.studies.units import Units, commit
+
+    at = commit()
+    if not at or at.endswith("+dirty"):
+        raise InterpError(f"commit {at!r}: extend from a clean checkout (git worktree add --detach), so a commit reproduces it")
+    start = time.perf_counter()
+    values = data["budget"]["values"]
+    added = [k for k in hc.BUDGETS[data["budget"]["name"]] if k not in values]
+    values.update({k: hc.BUDGETS[data["budget"]["name"]][k] for k in added})
+    b = {**values, "learn": True}  # the emergence unit is computed when missing; no mask is learned here
+    for spec, m in data["models"].items():
+        if "sparsities" in m:
+            model = load(spec)
+            ood = hc._tasks(model, spec, b["real_rows"] if hc._is_real(spec) else b["reading_rows"])[1][m["ood_split"]]
+            m["reading"] = model_reading(model, m, b, ood)
+    data["emergence"] = study_emergence(data, b, Units(hc.STUDY, root=units, version=hc.VERSION), progress)
+    add_departures(hc, data)
+    data[LEDGER_KEY] = ledger(hc.STUDY, data)
+    data["provenance"]["mechanism"] = {
+        "commit": at, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "budget_keys_added": added,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "command": command or "python -m interp.studies.heuristic_core --mechanism FILE [UNITS]"}
+    return data
 
 
 # ---------------------------------------------------------------------------------------------
