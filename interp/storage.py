@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from interp.errors import InterpError
-from interp.validate import read_safetensors, refuse
+from interp.validate import read_safetensors, refuse, tensor
 
 __all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
@@ -189,12 +189,16 @@ def _build(cls: type, fields: Any, tensors: dict[str, torch.Tensor], source: Any
                      f"{cls.__name__}'s fields {sorted(known)[:8]}")
     values = {k: _decode(v, tensors, source, f"{where}.{k}") for k, v in fields.items()}
     try:
-        return cls(**values)
+        obj = cls(**values)
     except InterpError as err:
         raise InterpError(f"{source}: {where}: {str(err)[:200]}") from None
     except (TypeError, ValueError, AttributeError, IndexError, KeyError, RuntimeError) as err:
         raise refuse(source, where, f"does not make a {cls.__name__} ({type(err).__name__}: {str(err)[:80]})",
                      "a file that save() wrote") from None
+    for name in getattr(cls, "_finite_fields", ()):  # what a type declares must be finite (a NaN weight)
+        if getattr(obj, name) is not None:
+            tensor(getattr(obj, name), source, f"{where}.{name}", floating=True)
+    return obj
 
 
 def save(obj: Any, path: str | Path) -> Path:

@@ -43,6 +43,9 @@ class Dictionary:
     model: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
 
+    # fields a file must hold finite (interp.storage.load refuses a NaN weight: it would poison every feature)
+    _finite_fields = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold")
+
     def __post_init__(self) -> None:
         d_in, n = tuple(self.W_enc.shape) if self.W_enc.ndim == 2 else (None, None)
         if d_in is None or self.b_enc.shape != (n,) or self.W_dec.ndim != 2 or self.W_dec.shape[0] != n \

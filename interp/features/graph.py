@@ -37,6 +37,7 @@ from torch import Tensor
 from interp.errors import InterpError
 from interp.results import Grid
 from interp.storage import result
+from interp.validate import tensor
 
 __all__ = ["KINDS", "AttributionGraph", "cumulative", "influence", "normalized", "threshold_of"]
 
@@ -131,9 +132,33 @@ class AttributionGraph:
                 raise InterpError(f"{name} has shape {tuple(got.shape)}; want [{n}] (one entry per node)")
         if n and (int(self.kind.min()) < 0 or int(self.kind.max()) >= len(KINDS) or bool((self.kind.diff() < 0).any())):
             raise InterpError(f"kind must hold codes 0..3 ({', '.join(KINDS)}) in that order, got {self.kind.tolist()[:20]}")
-        if "n_layers" not in self.meta:
-            raise InterpError("meta needs 'n_layers' (the model's layer count: logit nodes sit above the last layer)")
+        n_layers = self.meta.get("n_layers")
+        if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 0:
+            raise InterpError(f"meta needs 'n_layers' (the model's layer count: logit nodes sit above the last layer), "
+                              f"an int >= 0; got {n_layers!r}")
+        self._check_values(n, n_layers)
         object.__setattr__(self, "tokens", tuple(self.tokens))
+
+    def _check_values(self, n: int, n_layers: int) -> None:
+        """Every number finite, ids integers, positions inside the prompt, layers inside the model:
+        so a graph read from a file cannot break a view or a score later."""
+        for name in ("adjacency", "activation", "prob") + ("influence",) * (self.influence is not None):
+            tensor(getattr(self, name), "AttributionGraph", name, floating=True)
+        for name in ("kind", "layer", "pos", "index"):
+            got = getattr(self, name)
+            if got.is_floating_point() or got.is_complex():
+                raise InterpError(f"AttributionGraph: {name} has dtype {got.dtype}; want an integer dtype")
+        if not isinstance(self.tokens, (tuple, list)) or not all(isinstance(t, str) for t in self.tokens):
+            raise InterpError("AttributionGraph: tokens must be a sequence of strings (the prompt's tokens)")
+        named = [self.meta.get("logit_tokens", {}), self.labels]
+        if not all(isinstance(d, dict) and all(isinstance(v, str) for v in d.values()) for d in named):
+            raise InterpError("AttributionGraph: meta['logit_tokens'] and labels must be dicts (id -> string)")
+        if n and (int(self.pos.min()) < 0 or (self.tokens and int(self.pos.max()) >= len(self.tokens))):
+            raise InterpError(f"AttributionGraph: positions run {int(self.pos.min())}..{int(self.pos.max())}; want "
+                              f"0..{len(self.tokens) - 1} (inside the prompt of {len(self.tokens)} tokens)")
+        if n and (int(self.layer.min()) < -1 or int(self.layer.max()) > n_layers):
+            raise InterpError(f"AttributionGraph: layers run {int(self.layer.min())}..{int(self.layer.max())}; want "
+                              f"-1 (tokens) .. {n_layers} (logits) for a model of {n_layers} layers")
 
     # -- nodes
 

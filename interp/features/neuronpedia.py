@@ -20,6 +20,7 @@ circuit-tracer or Neuronpedia loads from the standard fields alone.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import torch
 from interp.errors import InterpError
 from interp.features.graph import ERROR, FEATURE, KINDS, LOGIT, TOKEN, AttributionGraph, cumulative
 from interp.storage import write_text_atomic
+from interp.validate import field, number, read_json, refuse
 
 __all__ = ["from_neuronpedia", "to_neuronpedia", "write_neuronpedia"]
 
@@ -99,65 +101,110 @@ def write_neuronpedia(graph: AttributionGraph, path: str | Path, *, slug: str | 
     return write_text_atomic(path, json.dumps(data, ensure_ascii=False))
 
 
-def _read(data: dict | str | Path) -> dict:
+_MAX_ID = 2**62  # ids, positions and layers beyond any real model (and the int64 the graph stores them in)
+
+
+def _read(data: dict | str | Path) -> tuple[dict, str]:
     if isinstance(data, dict):
-        return data
-    try:
-        return json.loads(Path(data).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InterpError(f"cannot read {data} as a Neuronpedia graph JSON: {err}") from None
+        return data, "the graph"
+    return read_json(data, "a Neuronpedia graph JSON", "the JSON circuit-tracer or write_neuronpedia wrote"), str(data)
 
 
 def from_neuronpedia(data: dict | str | Path) -> AttributionGraph:
-    """The AttributionGraph of a Neuronpedia graph JSON (a dict, or a path to one)."""
-    data = _read(data)
+    """The AttributionGraph of a Neuronpedia graph JSON (a dict, or a path to one), its schema checked:
+    every field of the type it should be, every number finite, ids that parse, positions inside the
+    prompt, links between nodes the file holds."""
+    data, src = _read(data)
+    if not isinstance(data, dict):
+        raise refuse(src, "the file", f"is a {type(data).__name__}", "an object with metadata, nodes and links")
     missing = [k for k in ("metadata", "nodes", "links") if k not in data]
     if missing:
-        raise InterpError(f"a Neuronpedia graph JSON has metadata, nodes and links; this one lacks {missing}")
-    nodes = sorted(data["nodes"], key=lambda n: _kind(n))  # stable: file order within a kind
-    info = (data["metadata"].get("info") or {}).get("interp") or {}
-    logit_layers = {int(n["layer"]) for n in nodes if _kind(n) == LOGIT}
-    meta = info.get("meta") or {"n_layers": (logit_layers.pop() - 1) if logit_layers else
-                                max([int(n["layer"]) for n in nodes if _kind(n) in (FEATURE, ERROR)], default=-1) + 1,
-                                "prompt": data["metadata"].get("prompt", "")}
-    n_layers = meta["n_layers"]
-    rows = [_parsed(n, n_layers) for n in nodes]
+        raise InterpError(f"{src}: a Neuronpedia graph JSON has metadata, nodes and links; this one lacks {missing}")
+    metadata, nodes, links = field(data, "metadata", dict, src), field(data, "nodes", list, src), field(data, "links", list, src)
+    for i, n in enumerate(nodes):
+        field(n, "node_id", str, src, where=f"nodes.{i}")  # (refuses a node that is not an object too)
+    nodes = sorted(nodes, key=lambda n: _kind(n, src))  # stable: file order within a kind
+    info = field(field(metadata, "info", dict, src, where="metadata", default={}), "interp", dict, src,
+                 where="metadata.info", default={})
+    tokens = field(info, "tokens", list, src, where="metadata.info.interp", default=None)
+    if tokens is None:
+        tokens = field(metadata, "prompt_tokens", list, src, where="metadata", default=[])
+    if not all(isinstance(t, str) for t in tokens):
+        raise refuse(src, "metadata.prompt_tokens", "holds a non-string", "the prompt's tokens as strings")
+    meta = field(info, "meta", dict, src, where="metadata.info.interp", default=None) or _meta(nodes, metadata, src)
+    n_layers = field(meta, "n_layers", int, src, where="meta")
+    rows = [_parsed(n, n_layers, len(tokens), src) for n in nodes]
     ids = [n["node_id"] for n in nodes]
     where = {x: i for i, x in enumerate(ids)}
+    if len(where) != len(ids):
+        raise refuse(src, "nodes", "repeat a node_id", "one node per id")
     adjacency = torch.zeros(len(nodes), len(nodes))
-    for link in data["links"]:
-        if link["source"] not in where or link["target"] not in where:
-            raise InterpError(f"link {link['source']} -> {link['target']} names a node the file does not hold")
-        adjacency[where[link["target"]], where[link["source"]]] = float(link["weight"])
+    for i, link in enumerate(links):
+        at = f"links.{i}"
+        source, target = field(link, "source", str, src, where=at), field(link, "target", str, src, where=at)
+        if source not in where or target not in where:
+            raise InterpError(f"{src}: link {source[:40]} -> {target[:40]} names a node the file does not hold")
+        adjacency[where[target], where[source]] = field(link, "weight", float, src, where=at)
     col = lambda k, dtype: torch.tensor([r[k] for r in rows], dtype=dtype)  # noqa: E731
-    labels = {n["node_id"]: n["clerp"] for n in nodes if n.get("clerp") and _kind(n) == FEATURE}
-    return AttributionGraph(
-        adjacency=adjacency, kind=col("kind", torch.long), layer=col("layer", torch.long), pos=col("pos", torch.long),
-        index=col("index", torch.long), activation=col("activation", torch.float), prob=col("prob", torch.float),
-        tokens=tuple(info.get("tokens") or data["metadata"].get("prompt_tokens", [])),
-        model=info.get("model", data["metadata"].get("scan", "")),
-        influence=torch.tensor([float(n.get("influence") or 0.0) for n in nodes]), labels=labels, meta=meta,
-    )
+    labels = {n["node_id"]: n["clerp"] for n in nodes if isinstance(n.get("clerp"), str) and n["clerp"] and _kind(n, src) == FEATURE}
+    influence = [field(n, "influence", float, src, where=f"node {n['node_id'][:30]}", default=0.0) for n in nodes]
+    model = field(info, "model", str, src, where="metadata.info.interp", default=None)
+    try:
+        return AttributionGraph(
+            adjacency=adjacency, kind=col("kind", torch.long), layer=col("layer", torch.long), pos=col("pos", torch.long),
+            index=col("index", torch.long), activation=col("activation", torch.float), prob=col("prob", torch.float),
+            tokens=tuple(tokens), model=model if model is not None else field(metadata, "scan", str, src, default=""),
+            influence=torch.tensor(influence), labels=labels, meta=meta,
+        )
+    except InterpError as err:
+        raise InterpError(f"{src}: {str(err)[:220]}") from None
 
 
-def _kind(node: dict) -> int:
-    kind = _KIND_OF.get(node.get("feature_type"))
+def _meta(nodes: list[dict], metadata: dict, src: str) -> dict[str, Any]:
+    """The graph's meta from a file of circuit-tracer's (no interp block): n_layers from the logit
+    nodes' layer (one above the last), else from the deepest feature or error, and the prompt."""
+    logit_layers = {_int(n.get("layer"), src, f"node {n['node_id'][:30]}.layer") for n in nodes if _kind(n, src) == LOGIT}
+    if len(logit_layers) > 1:
+        raise refuse(src, "logit nodes' layer", f"takes {len(logit_layers)} values", "one (n_layers + 1)")
+    inner = [_int(n.get("layer"), src, f"node {n['node_id'][:30]}.layer") for n in nodes if _kind(n, src) in (FEATURE, ERROR)]
+    n_layers = (logit_layers.pop() - 1) if logit_layers else max(inner, default=-1) + 1
+    return {"n_layers": n_layers, "prompt": field(metadata, "prompt", str, src, where="metadata", default="")}
+
+
+def _int(value: Any, src: str, name: str, lo: int = -1) -> int:
+    """An id, layer or position given as an int or a string of one, within [lo, 2**62)."""
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,19}", value):
+        value = int(value)
+    return number(value, src, name, integer=True, lo=lo, hi=_MAX_ID)
+
+
+def _kind(node: dict, src: str = "the graph") -> int:
+    kind = _KIND_OF.get(node.get("feature_type")) if isinstance(node.get("feature_type"), str) else None
     if kind is None:
-        raise InterpError(f"node {node.get('node_id')!r} has feature_type {node.get('feature_type')!r}; "
+        raise InterpError(f"{src}: node {str(node.get('node_id'))[:40]!r} has feature_type {str(node.get('feature_type'))[:40]!r}; "
                           f"this reader knows {sorted(_KIND_OF)} ({', '.join(KINDS)})")
     return kind
 
 
-def _parsed(node: dict, n_layers: int) -> dict[str, Any]:
-    """kind, layer, pos, index, activation, prob of one node, from its id and fields."""
-    kind, parts, pos = _kind(node), node["node_id"].split("_"), int(node["ctx_idx"])
+def _parsed(node: dict, n_layers: int, n_tokens: int, src: str) -> dict[str, Any]:
+    """kind, layer, pos, index, activation, prob of one node, from its id and fields, each checked."""
+    name = f"node {node['node_id'][:30]}"
+    kind, parts = _kind(node, src), node["node_id"].split("_")
+    pos = _int(node.get("ctx_idx"), src, f"{name}.ctx_idx", lo=0)
+    if n_tokens and pos >= n_tokens:
+        raise refuse(src, f"{name}.ctx_idx", f"is {pos}", f"a position inside the prompt's {n_tokens} tokens")
+    if len(parts) != 3:
+        raise refuse(src, f"{name}.node_id", "does not have three '_'-separated parts", "e.g. '3_120_5' or 'E_11_0'")
     row = {"kind": kind, "pos": pos, "activation": 0.0, "prob": 0.0}
     if kind == FEATURE:
-        row.update(layer=int(parts[0]), index=int(parts[1]), activation=float(node.get("activation") or 0.0))
+        row.update(layer=_int(parts[0], src, f"{name} layer", lo=0), index=_int(parts[1], src, f"{name} feature", lo=0),
+                   activation=field(node, "activation", float, src, where=name, default=0.0))
     elif kind == ERROR:
-        row.update(layer=int(node["layer"]), index=-1)
+        row.update(layer=_int(node.get("layer"), src, f"{name}.layer", lo=0), index=-1)
     elif kind == TOKEN:
-        row.update(layer=-1, index=int(parts[1]))
+        row.update(layer=-1, index=_int(parts[1], src, f"{name} vocab id", lo=0))
     else:
-        row.update(layer=n_layers, index=int(parts[1]), prob=float(node.get("token_prob") or 0.0))
+        row.update(layer=n_layers, index=_int(parts[1], src, f"{name} vocab id", lo=0),
+                   prob=number(field(node, "token_prob", float, src, where=name, default=0.0), src,
+                               f"{name}.token_prob", lo=0.0, hi=1.0))
     return row

@@ -20,13 +20,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-from safetensors.torch import load_file
 
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.sites import layer_of
 from interp.storage import atomic_dir, write_tensors_atomic
+from interp.validate import field, hook, read_json, read_safetensors, refuse, tensor
 
 __all__ = ["ARCHITECTURES", "load_saelens", "save_saelens"]
 
@@ -34,45 +33,76 @@ CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
 ARCHITECTURES = ("standard", "jumprelu", "transcoder", "jumprelu_transcoder")
 
 
-def _hook(cfg: dict, key: str) -> str | None:
-    for where in (cfg, cfg.get("metadata") or {}, cfg.get("meta") or {}):
-        if where.get(key):
-            return where[key]
+def _hook(cfg: dict, key: str, source: Path) -> str | None:
+    """cfg's hook name `key` (top level, or under "metadata" / "meta"), checked to be a hook name."""
+    for where in ("", "metadata", "meta"):
+        block = field(cfg, where, dict, source, default={}) if where else cfg
+        if block.get(key):
+            return hook(block[key], source, f"{where}.{key}" if where else key)
     return None
 
 
+def _config(folder: Path) -> dict:
+    """cfg.json of a SAELens folder, its schema checked (the fields this reader uses)."""
+    path = folder / CFG
+    cfg = read_json(path, "a SAELens cfg.json", "the cfg.json SAELens (or save_saelens) wrote")
+    if not isinstance(cfg, dict):
+        raise refuse(path, "the file", f"is a {type(cfg).__name__}", "a JSON object")
+    arch = field(cfg, "architecture", str, path, default="standard")
+    if arch not in ARCHITECTURES:
+        raise InterpError(f"{path}: SAELens architecture {arch[:40]!r} has no Dictionary equivalent; loadable: {ARCHITECTURES}")
+    norm = field(cfg, "normalize_activations", str, path, default="none") or "none"
+    if norm != "none":
+        raise InterpError(f"{folder}: normalize_activations={norm[:40]!r} rescales inputs at run time; only 'none' loads "
+                          "(fold the scaling factor into the weights first)")
+    field(cfg, "apply_b_dec_to_input", bool, path, default=True)
+    for key in ("d_in", "d_sae", "d_out"):
+        field(cfg, key, int, path, default=0)
+    return cfg
+
+
 def load_saelens(folder: str | Path, *, model: str = "") -> Dictionary:
-    """The dictionary in SAELens folder `folder` (cfg.json + sae_weights.safetensors)."""
+    """The dictionary in SAELens folder `folder` (cfg.json + sae_weights.safetensors), checked: its
+    cfg's schema and hook names, its weights' shapes against each other and against the cfg's d_in,
+    d_sae and d_out, and every weight finite."""
     folder = Path(folder)
     if not (folder / CFG).exists() or not (folder / WEIGHTS).exists():
         raise InterpError(f"{folder} is not a SAELens dictionary: it needs {CFG} and {WEIGHTS}")
-    cfg = json.loads((folder / CFG).read_text(encoding="utf-8"))
-    arch = cfg.get("architecture", "standard")
-    if arch not in ARCHITECTURES:
-        raise InterpError(f"SAELens architecture {arch!r} has no Dictionary equivalent; loadable: {ARCHITECTURES}")
-    norm = cfg.get("normalize_activations", "none") or "none"
-    if norm != "none":
-        raise InterpError(f"{folder}: normalize_activations={norm!r} rescales inputs at run time; only 'none' loads "
-                          "(fold the scaling factor into the weights first)")
-    w = load_file(str(folder / WEIGHTS))
+    cfg = _config(folder)
+    arch = cfg.get("architecture") or "standard"
+    _, w = read_safetensors(folder / WEIGHTS, "SAELens weights", "the sae_weights.safetensors SAELens wrote")
     missing = [k for k in ("W_enc", "b_enc", "W_dec", "b_dec") if k not in w]
     if missing or (arch.startswith("jumprelu") and "threshold" not in w):
-        raise InterpError(f"{folder / WEIGHTS} lacks {missing or ['threshold']}; it has {sorted(w)}")
-    site_in = _hook(cfg, "hook_name")
+        raise InterpError(f"{folder / WEIGHTS} lacks {missing or ['threshold']}; it has {sorted(w)[:8]}")
+    for k, t in w.items():
+        tensor(t, folder / WEIGHTS, k, floating=True)
+    W_enc = w["W_enc"]
+    d_in, d_sae = tuple(W_enc.shape) if W_enc.ndim == 2 else (None, None)
+    for key, got in (("d_in", d_in), ("d_sae", d_sae), ("d_out", w["W_dec"].shape[-1] if w["W_dec"].ndim else None)):
+        if cfg.get(key) and cfg[key] != got:
+            raise refuse(folder / CFG, key, f"is {cfg[key]} but the weights have {got}", "the weights' own size")
+    site_in = _hook(cfg, "hook_name", folder / CFG)
     if site_in is None:
         raise InterpError(f"{folder / CFG} names no hook_name (top level, or under 'metadata')")
     transcoder = arch.endswith("transcoder")
-    site_out = _hook(cfg, "hook_name_out") if transcoder else site_in
+    site_out = _hook(cfg, "hook_name_out", folder / CFG) if transcoder else site_in
     if site_out is None:
         raise InterpError(f"{folder / CFG} is a transcoder but names no hook_name_out")
-    W_enc, b_enc = w["W_enc"].float(), w["b_enc"].float()
+    if not transcoder and (w["b_dec"].shape[-1:] != W_enc.shape[:1] or W_enc.ndim != 2):
+        raise refuse(folder / WEIGHTS, "b_dec", f"has shape {list(w['b_dec'].shape)} against W_enc {list(W_enc.shape)}",
+                     "[d_in] (an SAE rebuilds the width it reads)")
+    W_enc, b_enc = W_enc.float(), w["b_enc"].float()
     b_dec = w["b_dec"].float()
     if not transcoder and cfg.get("apply_b_dec_to_input", True):
         b_enc = b_enc - b_dec @ W_enc  # (x - b_dec) W_enc + b_enc == x W_enc + (b_enc - b_dec W_enc)
-    meta_model = model or _hook(cfg, "model_name") or ""
-    return Dictionary(W_enc=W_enc, b_enc=b_enc, W_dec=w["W_dec"].float(), b_dec=b_dec, site_in=site_in,
-                      site_out=site_out, threshold=w["threshold"].float() if "threshold" in w else None,
-                      model=meta_model, meta={"loaded_from": "saelens", "architecture": arch})
+    names = [m for m in (cfg, cfg.get("metadata") or {}, cfg.get("meta") or {}) if isinstance(m.get("model_name"), str)]
+    meta_model = model or (names[0]["model_name"] if names else "")
+    try:
+        return Dictionary(W_enc=W_enc, b_enc=b_enc, W_dec=w["W_dec"].float(), b_dec=b_dec, site_in=site_in,
+                          site_out=site_out, threshold=w["threshold"].float() if "threshold" in w else None,
+                          model=meta_model, meta={"loaded_from": "saelens", "architecture": arch})
+    except InterpError as err:
+        raise InterpError(f"{folder / WEIGHTS}: {str(err)[:220]}") from None
 
 
 def save_saelens(d: Dictionary, folder: str | Path) -> Path:
