@@ -33,7 +33,7 @@ def test_units_store_once_and_read_back(tmp_path):
     assert first == again == {"value": [1, 2], "x": 0.5} and len(calls) == 1
     assert units.done(config) and units.count([config, {"seed": 1}]) == (1, 2) and units.ran == 1
     # the unit lives in the sweep's store: one JSON entry per key, nothing half-written beside it
-    entry = Store(tmp_path, version="toy/1").get(units.key(config))
+    entry = Store(tmp_path, version="toy/1", wrap="unit", study="toy").get(units.key(config))
     assert entry["config"] == config and entry["result"] == first and entry["study"] == "toy"
     assert sorted(p.name for p in (tmp_path / "entries").iterdir()) == [f"{units.key(config)}.json"]
     # the key covers the whole config and the code-version tag
@@ -118,7 +118,7 @@ def test_killed_repro_resumes_to_the_same_json(tmp_path, monkeypatch):
     same JSON, provenance timing aside, as an uninterrupted run."""
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
     whole = illusions.repro(progress=False, overrides=TINY, units=tmp_path / "whole")
-    assert whole["budget"]["units_done"] == whole["budget"]["units_total"] == 3
+    assert whole["budget"]["units_done"] == whole["budget"]["units_total"] == 4
 
     real = illusions.k_sweep
 
@@ -131,7 +131,7 @@ def test_killed_repro_resumes_to_the_same_json(tmp_path, monkeypatch):
     assert len(list((tmp_path / "resumed" / "entries").glob("*.json"))) == 1  # the SVD unit finished
     monkeypatch.setattr(illusions, "k_sweep", real)
     resumed = illusions.repro(progress=False, overrides=TINY, units=tmp_path / "resumed")
-    assert resumed["provenance"]["units_run"] == 2  # k-means and one-hot; SVD read back
+    assert resumed["provenance"]["units_run"] == 3  # k-means, one-hot and random one-hot; SVD read back
     assert json.dumps(comparable(resumed), sort_keys=True) == json.dumps(comparable(whole), sort_keys=True)
 
 
