@@ -173,7 +173,9 @@ def plan(experiments: list[dict[str, Any]], out: Path) -> tuple[list[Job], dict[
     done = {j["job"]: j for j in before if (out / j["file"]).exists()}  # folders written before the store
     for job in jobs:
         entry = store.get(job["key"])
-        if entry is not None and (out / entry["result"]["file"]).exists():
+        # the grid file a sound entry names is this job's own (never a path the entry could point elsewhere)
+        if entry is not None and entry["result"].get("file") == f"grids/{job['id']}.safetensors" \
+                and (out / entry["result"]["file"]).exists():
             done[job["id"]] = entry["result"]
     pending = [job for job in jobs if job["id"] not in done]
     previous = {(j.get("experiment"), j.get("model")): j for j in before}

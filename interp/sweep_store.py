@@ -15,6 +15,7 @@ from typing import Any
 from interp.errors import InterpError
 from interp.results import Grid
 from interp.storage import write_text_atomic
+from interp.validate import digest, note
 
 Job = dict[str, Any]  # a planned job: id, key, model, config (interp.sweep_jobs builds them)
 
@@ -24,22 +25,30 @@ __all__ = ["Recorder", "Store"]
 class Store:
     """Results keyed by the configuration that made them: one JSON entry per key, written atomically.
 
-    `key(config)` is the sha256 (first 12 hex digits) of the canonical JSON of the config plus the
-    store's code-version tag, so it changes exactly when something that affects the result changes
-    (bump `version` when the code that computes a result changes what it computes). An entry is
-    {"key", "config", "version", "result", ...extra}; `put` writes it to ROOT/entries/KEY.json in
-    one atomic rename, so a reader sees a whole entry or none, even after kill -9. Files a result
-    keeps beside its entry (tensors, model folders) go under `files(key)` and must be written
-    before `put`: an entry's presence then means its files are complete. Sweeps keep their jobs
-    here, `interp.studies.units` a study's units.
+    `key(config)` is the sha256 (first 12 hex digits) of the canonical JSON of the config (under
+    `wrap` when given: {wrap: config}) plus the store's code-version tag, so it changes exactly when
+    something that affects the result changes (bump `version` when the code that computes a result
+    changes what it computes). An entry is {"key", "config", "version", "study" (when the store
+    names one), "result", ...extra, "digest"}; `put` writes it to ROOT/entries/KEY.json in one atomic
+    rename, so a reader sees a whole entry or none, even after kill -9. Files a result keeps beside
+    its entry (tensors, model folders) go under `files(key)` and must be written before `put`: an
+    entry's presence then means its files are complete. Sweeps keep their jobs here,
+    `interp.studies.units` a study's units.
+
+    Reading checks an entry before trusting it: whole JSON, its config giving its key, its version
+    and study this store's, its digest (sha256 of the rest of the entry) matching. An entry that
+    fails is treated as missing, with a one-line note, so it is recomputed and rewritten; an entry
+    written before entries carried a digest is accepted when its config gives its key.
     """
 
-    def __init__(self, root: str | Path, version: int | str = 1):
-        self.root, self.version = Path(root), version
+    def __init__(self, root: str | Path, version: int | str = 1, *, wrap: str | None = None, study: str | None = None):
+        self.root, self.version, self.wrap, self.study = Path(root), version, wrap, study
+        self._noted: set[str] = set()
 
     def key(self, config: dict[str, Any]) -> str:
+        keyed = {self.wrap: config} if self.wrap else config
         try:
-            text = json.dumps({**config, "version": self.version}, sort_keys=True, separators=(",", ":"))
+            text = json.dumps({**keyed, "version": self.version}, sort_keys=True, separators=(",", ":"))
         except TypeError as err:
             raise InterpError(f"a store key needs a JSON-able config (str, int, float, bool, None, lists, dicts): {err}") from None
         return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -52,24 +61,62 @@ class Store:
         return self.root / "files" / key
 
     def has(self, key: str) -> bool:
-        return self._entry(key).exists()
+        """Whether a sound entry is stored under `key` (one that fails its checks is not)."""
+        return self.get(key) is not None
 
     def get(self, key: str) -> dict[str, Any] | None:
-        """The entry stored under `key`, or None."""
+        """The entry stored under `key`, or None when there is none or it fails its checks (then a
+        one-line note says why: the caller recomputes it)."""
+        path = self._entry(key)
         try:
-            return json.loads(self._entry(key).read_text())
+            text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
+        except (OSError, UnicodeDecodeError) as err:
+            return self._stale(key, f"is unreadable ({type(err).__name__})")
+        try:
+            entry = json.loads(text)
+        except (ValueError, RecursionError):
+            return self._stale(key, "is cut short or not JSON")
+        problem = self._problem(key, entry)
+        return self._stale(key, problem) if problem else entry
+
+    def _problem(self, key: str, entry: Any) -> str | None:
+        """Why `entry` cannot be trusted as the result of `key` (None when it can)."""
+        if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict) or not isinstance(entry.get("result"), dict):
+            return "lacks its config or result"
+        if entry.get("version") != self.version or entry.get("study") != self.study:
+            return (f"was written for {entry.get('study') or 'a sweep'} version {str(entry.get('version'))[:30]!r}, "
+                    f"not {self.study or 'a sweep'} version {self.version!r}")
+        if entry.get("key") != key or self.key(entry["config"]) != key:
+            return "holds a config that does not give its key (edited, or another unit's)"
+        stored = entry.get("digest")
+        if stored is not None and stored != digest({k: v for k, v in entry.items() if k != "digest"}):
+            return "fails its checksum (edited or damaged)"
+        return None
+
+    def _stale(self, key: str, problem: str) -> None:
+        if key not in self._noted:  # once per entry and store, not once per look
+            self._noted.add(key)
+            note(f"{'unit' if self.study else 'sweep'} entry {self._entry(key)} {problem}; recomputing it")
+        return None
 
     def put(self, key: str, config: dict[str, Any], result: Any, **extra: Any) -> dict[str, Any]:
-        """Store `result` (JSON-able) under `key` atomically; returns the entry as read back."""
-        entry = {"key": key, "config": config, "version": self.version, **extra, "result": result}
+        """Store `result` (a JSON-able dict) under `key` atomically, with the digest of the entry;
+        returns the entry as read back."""
+        if not isinstance(result, dict):
+            raise InterpError(f"a stored result must be a dict of JSON values, got {type(result).__name__}")
+        entry = {"key": key, "config": config, "version": self.version, **({"study": self.study} if self.study else {}),
+                 **extra, "result": result}
         try:
-            text = json.dumps(entry, indent=1) + "\n"
+            entry = json.loads(json.dumps(entry))  # as it reads back (tuples as lists), which is what the digest covers
         except TypeError as err:
             raise InterpError(f"a stored result must be JSON-able (save tensors with interp.results.save under "
                               f"Store.files(key) and store their file names): {err}") from None
+        entry["digest"] = digest(entry)
+        text = json.dumps(entry, indent=1) + "\n"
         write_text_atomic(self._entry(key), text)
+        self._noted.discard(key)
         return json.loads(text)
 
     def keys(self) -> list[str]:

@@ -4,6 +4,7 @@ killed `interp repro` that resumes to the same JSON."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -153,3 +154,66 @@ def test_repro_command_names_every_value_set_otherwise():
     sets = dict(_setting(words[i + 1]) for i, w in enumerate(words) if w == "--set")
     assert budget(defaults, "paper", sets) == {**changed["values"], "models": ["a", "b"]}
     assert words[-1] == "my out.json" and words[words.index("--model") + 1] == "b"
+
+
+def _damage_cases():
+    """(what, how to damage the stored entry file of unit {"seed": 0} of study "toy")."""
+    def edit(change):
+        def apply(path):
+            entry = json.loads(path.read_text())
+            change(entry)
+            path.write_text(json.dumps(entry))
+        return apply
+
+    return [
+        ("cut short", lambda p: p.write_text(p.read_text()[: len(p.read_text()) // 2])),
+        ("not a dict", lambda p: p.write_text("[1, 2]")),
+        ("config edited", edit(lambda e: e["config"].update(seed=5))),
+        ("result edited", edit(lambda e: e["result"].update(value=99))),
+        ("another study's", edit(lambda e: e.update(study="other", version="other/1"))),
+        ("result not a dict", edit(lambda e: e.update(result=[1]))),
+    ]
+
+
+@pytest.mark.parametrize("what, damage", _damage_cases(), ids=[c[0] for c in _damage_cases()])
+def test_a_damaged_or_foreign_unit_entry_is_recomputed_with_a_one_line_note(what, damage, tmp_path, capsys):
+    units = Units("toy", tmp_path)
+    config = {"seed": 0}
+    units.run(config, lambda: {"value": 1})
+    path = tmp_path / "entries" / f"{units.key(config)}.json"
+    damage(path)
+    capsys.readouterr()
+    again = Units("toy", tmp_path)
+    assert not again.done(config) and again.count([config]) == (0, 1)
+    assert again.run(config, lambda: {"value": 2}) == {"value": 2} and again.ran == 1  # recomputed, not used
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and "recomputing" in note[0] and path.name in note[0], note  # one line, once
+    assert Units("toy", tmp_path).get(config) == {"value": 2}  # the rewritten entry is sound
+
+
+def test_an_entry_without_a_digest_is_accepted_when_its_config_gives_its_key(tmp_path, capsys):
+    units = Units("toy", tmp_path)
+    config = {"seed": 0}
+    units.run(config, lambda: {"value": 1})
+    path = tmp_path / "entries" / f"{units.key(config)}.json"
+    entry = json.loads(path.read_text())
+    assert len(entry.pop("digest")) == 64  # what entries looked like before they carried a digest
+    path.write_text(json.dumps(entry))
+    assert Units("toy", tmp_path).run(config, lambda: {"value": 2}) == {"value": 1}
+    assert capsys.readouterr().err == ""
+
+
+COMMITTED = sorted((Path(__file__).parents[1] / "docs").glob("*_units"))
+
+
+@pytest.mark.parametrize("root", COMMITTED, ids=[p.name for p in COMMITTED])
+def test_the_committed_unit_stores_still_load(root, capsys):
+    """The docs' unit stores cost CPU-hours: every entry must still read back as stored, unnoted."""
+    paths = sorted((root / "entries").glob("*.json"))
+    assert paths
+    for path in paths:
+        raw = json.loads(path.read_text())
+        study, version = raw["version"].rsplit("/", 1)
+        assert study == raw["study"]
+        assert Units(study, root, version=version).get(raw["config"]) == raw["result"], path
+    assert "recomputing" not in capsys.readouterr().err

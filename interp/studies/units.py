@@ -3,7 +3,9 @@
 A unit is one (model, seed, setting) piece of a study: a mask, a probe, a fine-tune, a fit. Its
 result is a small JSON-able dict, stored in the sweep's keyed store (`interp.sweep.Store`) under
 the sha of its full resolved configuration plus the study's code-version tag, so a rerun computes
-only the units that are missing and a killed run resumes:
+only the units that are missing and a killed run resumes. Each entry carries the study's name, its
+code-version tag and a digest of its content; one that is cut short, edited, or another study's is
+recomputed with a one-line note, never used (`interp.sweep_store.Store.get`):
 
     units = Units("illusions")                         # $INTERP_CACHE/studies/illusions
     result = units.run({"model": spec, "seed": 1, "rank": 4}, lambda: fit_and_score(...))
@@ -55,11 +57,11 @@ class Units:
     def __init__(self, study: str, root: str | Path | None = None, *, version: int | str = 1):
         self.study = study
         self.root = Path(root).expanduser() if root is not None else _cache_dir() / "studies" / study
-        self.store = Store(self.root, version=f"{study}/{version}")
+        self.store = Store(self.root, version=f"{study}/{version}", wrap="unit", study=study)
         self.ran = 0  # units computed (not read back) by this object
 
     def key(self, config: dict[str, Any]) -> str:
-        return self.store.key({"unit": config})
+        return self.store.key(config)
 
     def done(self, config: dict[str, Any]) -> bool:
         return self.store.has(self.key(config))
@@ -103,7 +105,7 @@ class Units:
         result = fn()
         if not isinstance(result, dict):
             raise InterpError(f"a unit of {self.study!r} must return a dict, got {type(result).__name__} (config {config})")
-        entry = self.store.put(key, config, result, study=self.study, seconds=round(time.time() - start, 2), commit=commit())
+        entry = self.store.put(key, config, result, seconds=round(time.time() - start, 2), commit=commit())
         (self.root / "checkpoints" / f"{key}{CHECKPOINT_SUFFIX}").unlink(missing_ok=True)
         self.ran += 1
         return entry["result"]
