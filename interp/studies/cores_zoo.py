@@ -412,7 +412,8 @@ def ioi_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
         v["operator_word"] = against_all(j["word"] for j in v["operator_judges"].values())
         # the imposed code size is a set-up control for k: k within one dimension of it is read off the construction
         v["k_judges"] = [judge(f"held-out k at {site} is below the imposed name-code size", None if h["k"] is None else float(h["k"]), float(v["name_code_dims"]), "less",
-                               tol=1.0, setup_control=True, null="setup") for site, h in v["heldout_k"].items() if v["name_code_dims"]]
+                               tol=1.0, setup_control=True, null="setup", claim_id="ace.ioi_two_site_cores")
+                         for site, h in v["heldout_k"].items() if v["name_code_dims"]]
         v["k_word"] = against_all(j["word"] for j in v["k_judges"]) if v["k_judges"] else NOT_RUN
     out["k_verdict"] = against_all(v["k_word"] for v in runs) if runs else NOT_RUN
     out["operator_verdict"] = against_all(v["operator_word"] for v in runs) if runs else NOT_RUN
