@@ -8,8 +8,11 @@ $INTERP_CACHE/processed/<weights hash>-<dtype>.safetensors (atomically, beside i
 later load maps it (safetensors, memory-mapped, no copy) instead of recomputing; `warm` asks the
 kernel to read the file ahead when a load begins. The file's metadata holds the whole
 key (the weights' sha256, TransformerLens / transformers / torch versions, the processing flags and
-the names, shapes and dtypes handed in); a file whose key differs (another TL version, other flags)
-is not read: a one-line note says so and it is rebuilt.
+the names, shapes and dtypes handed in) and the digest of its tensors; a file whose key differs
+(another TL version, other flags) or whose tensors do not hash to its digest (bits flipped on disk)
+is not read: a one-line note says so (`interp.validate.note`; loading drops warnings) and it is
+rebuilt. The digest is checked once per version of the file (size, mtime, ctime, inode), so a
+reload still maps the file without reading it through.
 
 `fast_tokenizer(folder)` builds the tokenizer straight from tokenizer.json with the Rust parser
 (as TransformerLens's own fallback does), skipping transformers' Python pass over the same JSON
@@ -25,7 +28,6 @@ import importlib.metadata
 import inspect
 import json
 import os
-import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +35,8 @@ from typing import Any, Iterator
 
 import torch
 
-from interp.storage import cache_dir, file_sha256, write_tensors_atomic
+from interp.storage import cache_dir, file_sha256, write_tensors_atomic, write_text_atomic
+from interp.validate import note, tensors_digest
 
 __all__ = ["CACHE_MIN_BYTES", "FAST_CLASSES", "fast_tokenizer", "file_sha256", "lean_processing", "processed_path",
            "processed_weights_cache", "release_free_memory", "warm", "weights_bytes"]
@@ -41,7 +44,7 @@ __all__ = ["CACHE_MIN_BYTES", "FAST_CLASSES", "fast_tokenizer", "file_sha256", "
 # Weights smaller than this are processed in milliseconds: caching them (every tiny test model)
 # would only fill the cache folder. `load(..., weights_cache=True)` caches any size.
 CACHE_MIN_BYTES = 32 << 20
-_FORMAT = "interp-processed/1"
+_FORMAT = "interp-processed/2"  # /2: the file carries the digest of its tensors
 _LOCK = threading.RLock()  # one thread's patched ProcessWeights at a time (a load nests two patches)
 # TransformerLens's steps that begin with a clone of the whole state dict (and never read their input again)
 _CLONING_STEPS = ("fold_layer_norm", "center_unembed", "fold_value_biases", "refactor_factored_attn_matrices")
@@ -73,11 +76,6 @@ def _key(weights: str, inputs: dict[str, Any], flags: dict[str, Any]) -> dict[st
     return {"format": _FORMAT, "weights": weights, **_versions(), "flags": flags, "inputs": shapes}
 
 
-def _note(text: str) -> None:
-    # loading runs under quiet_loading (warnings and logs below ERROR are dropped): print the one line
-    print(f"interp: {text}", file=sys.stderr)
-
-
 def warm(folder: str | Path, dtype: torch.dtype | None) -> None:
     """Ask the kernel to start reading the processed weights cached for the model in `folder` into the
     page cache (posix_fadvise WILLNEED, asynchronous), so the file is there by the time the bridge
@@ -104,17 +102,59 @@ def _read(path: Path, key: dict[str, Any], device: torch.device) -> dict[str, to
         found = json.loads(meta.get("key", "null"))
         order = json.loads(meta.get("order", "[]"))
     except Exception as err:  # a damaged file is rebuilt, never half-read
-        _note(f"processed-weight cache {path.name} is unreadable ({type(err).__name__}); rebuilding")
+        note(f"processed-weight cache {path.name} is unreadable ({type(err).__name__}); rebuilding")
         return None
     if found != key:
         differ = sorted(k for k in set(key) | set(found or {}) if (found or {}).get(k) != key.get(k))
-        _note(f"processed-weight cache {path.name} was written for other {', '.join(differ)}; rebuilding")
+        note(f"processed-weight cache {path.name} was written for other {', '.join(differ)}; rebuilding")
+        return None
+    if not _intact(path, meta.get("digest")):
+        note(f"processed-weight cache {path.name} fails its checksum (damaged on disk); rebuilding")
         return None
     # memory-mapped, not copied: a copy means touching every page of fresh memory, which on a machine
     # short of free memory made a Gemma-3 load 3x slower (9.6 s against 3.2 s); the file is only ever
     # replaced by an atomic rename, so a mapped file never changes under the model
     tensors = load_file(str(path), device=str(device))
+    if not isinstance(order, list) or sorted(order) != sorted(tensors):
+        note(f"processed-weight cache {path.name} lists other tensors than it holds; rebuilding")
+        return None
     return {k: tensors[k] for k in order}
+
+
+def _identity(path: Path) -> list[int]:
+    """What changes whenever the file's bytes do: size, mtime, ctime (no call can set it back), inode."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _intact(path: Path, digest: str | None) -> bool:
+    """Whether the tensors in the file at `path` hash to `digest` (tensors_digest). Checked once per
+    version of the file: a file whose identity (`_identity`) was seen intact before is not reread."""
+    from safetensors import safe_open
+
+    if not isinstance(digest, str):
+        return False
+    memo_path = cache_dir() / "processed" / "intact.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+        memo = memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        memo = {}
+    seen = [digest, *_identity(path)]
+    if memo.get(path.name) == seen:
+        return True
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            ok = tensors_digest({k: f.get_tensor(k) for k in f.keys()}) == digest
+    except Exception:  # a damaged payload can fail to read as well as to hash
+        return False
+    if ok:
+        memo[path.name] = seen
+        try:  # a lost update (two writers at once) only costs a later recheck
+            write_text_atomic(memo_path, json.dumps(memo, indent=1))
+        except OSError:
+            pass
+    return ok
 
 
 def _write(path: Path, key: dict[str, Any], state: dict[str, torch.Tensor]) -> None:
@@ -125,10 +165,11 @@ def _write(path: Path, key: dict[str, Any], state: dict[str, torch.Tensor]) -> N
         ident = (v.untyped_storage().data_ptr(), v.storage_offset())
         out[k] = v.clone() if ident in seen else v  # safetensors refuses tensors that share memory
         seen.add(ident)
+    meta = {"key": json.dumps(key), "order": json.dumps(list(state)), "digest": tensors_digest(out)}
     try:
-        write_tensors_atomic(path, out, {"key": json.dumps(key), "order": json.dumps(list(state))})
+        write_tensors_atomic(path, out, meta)
     except OSError as err:  # a read-only or full cache folder costs speed, not the load
-        _note(f"could not write the processed-weight cache {path} ({err})")
+        note(f"could not write the processed-weight cache {path} ({err})")
 
 
 @contextmanager

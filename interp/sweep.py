@@ -54,6 +54,7 @@ from interp.errors import InterpError
 from interp.results import Grid
 from interp.sweep_jobs import COMMON_KEYS, KINDS, METRICS, Job, JobKind, job_id, resolved, run_job
 from interp.sweep_store import Recorder, Store
+from interp.validate import field, note, read_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -168,7 +169,7 @@ def plan(experiments: list[dict[str, Any]], out: Path) -> tuple[list[Job], dict[
     """(every job, the finished ones by id, the ones to run, what changed since the last run)."""
     jobs = [Job.make(exp, spec) for exp in experiments for spec in exp["models"]]
     summary_path = out / "results.json"
-    before = json.loads(summary_path.read_text())["jobs"] if summary_path.exists() else []
+    before = _summary_jobs(summary_path)
     store = Store(out)
     done = {j["job"]: j for j in before if (out / j["file"]).exists()}  # folders written before the store
     for job in jobs:
@@ -236,7 +237,7 @@ def run(config: str | Path, out: str | Path, *, progress: bool = True, executor:
     jobs, done, pending, changed = plan(experiments, out)
     before = {j["file"] for j in done.values()}
     prior = out / "results.json"
-    stale_files = {j["file"] for j in json.loads(prior.read_text())["jobs"]} if prior.exists() else set()
+    stale_files = {j["file"] for j in _summary_jobs(prior)}
     log = log or ((lambda line: print(line, file=sys.stderr)) if progress else (lambda line: None))
     for line in changed:
         log(f"recomputing {line}")
@@ -270,7 +271,7 @@ def load(out: str | Path):
     if not path.exists():
         raise InterpError(f"{out} holds no sweep results (no results.json)")
     frames = []
-    for entry in json.loads(path.read_text())["jobs"]:
+    for entry in _summary_jobs(path, trusted=False):
         frame = Grid.load(out / entry["file"]).to_dataframe()
         extra = {"job": entry["job"], **{k: entry[k] for k in ("clean_metric", "corrupt_metric", "baseline") if k in entry},
                  **entry.get("config", {})}
@@ -279,6 +280,31 @@ def load(out: str | Path):
                 json.dumps(value) if isinstance(value, (list, dict)) else value)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+_GRID_FILE = re.compile(r"grids/[A-Za-z0-9_.-]+\.safetensors")
+
+
+def _summary_jobs(path: Path, *, trusted: bool = True) -> list[dict[str, Any]]:
+    """The jobs of a sweep's results.json, each checked to name a job and a grid file inside the
+    sweep's grids/ folder (a file the sweep may delete when its job leaves the plan). A damaged file
+    is refused when a user loads it (`trusted=False`); a run treats it as absent, says so in one
+    line and rewrites it."""
+    if not path.exists():
+        return []
+    try:
+        data = read_json(path, "a sweep's results.json", "the folder a sweep wrote")
+        jobs = field(data, "jobs", list, path)
+        for i, j in enumerate(jobs):
+            if not _GRID_FILE.fullmatch(str(field(j, "file", str, path, where=f"jobs.{i}"))):
+                raise InterpError(f"{path}: jobs.{i}.file is {j['file'][:60]!r}; want grids/NAME.safetensors")
+            field(j, "job", str, path, where=f"jobs.{i}")
+    except InterpError as err:
+        if not trusted:
+            raise
+        note(f"{str(err)[:200]}; rebuilding it from the sweep's entries")
+        return []
+    return jobs
 
 
 def _write_report(out: Path, jobs: list[Job]) -> None:

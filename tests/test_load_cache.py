@@ -213,3 +213,20 @@ def test_lean_processing_frees_each_input_and_restores_the_steps():
         out = load_cache._handing_over(step)(given, None)
     assert seen == [1, 0] and given == {} and torch.equal(out["a"], torch.ones(2)) and torch.equal(out["b"], torch.zeros(3))
     assert {n: ProcessWeights.__dict__[n] for n in load_cache._CLONING_STEPS} == before
+
+
+def test_a_cache_with_flipped_bits_is_rebuilt_with_a_note(tmp_path, cache, folds, capsys):
+    """Same size, header intact, one payload byte flipped: the digest notices, the file is rebuilt."""
+    folder = interp.build_tiny("llama", tmp_path / "m", seed=8)
+    plain = interp.load(folder, weights_cache=True)  # writes the cache
+    interp.load(folder, weights_cache=True)  # reads it, checked once
+    path = load_cache.processed_path(folder, None)
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0x10  # inside the last tensor's bytes
+    path.write_bytes(bytes(data))
+    capsys.readouterr()
+    again = interp.load(folder, weights_cache=True)
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and "checksum" in note[0] and path.name in note[0], note
+    assert len(folds) == 2  # processed twice: the first load and the rebuild (the read in between processed nothing)
+    _same(plain, again)
