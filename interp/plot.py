@@ -33,7 +33,7 @@ import torch
 
 from interp.errors import InterpError
 from interp import bundle as bundle_js  # `bundle` is Widget.html's flag
-from interp.results import CHARTS, Grid, tag_of
+from interp.results import CHARTS, Grid, atomic_path, tag_of
 from interp.tensors import AXES
 
 __all__ = ["CATEGORICAL", "ORDERED", "VIEWS", "Widget", "attention", "circuitsvis_bundle", "circuitsvis_init", "png", "render", "show", "view_of"]
@@ -443,8 +443,9 @@ def png(obj: Any, path: str | Path | None = None, *, width: int | None = None, h
     except (ImportError, ValueError, RuntimeError, OSError) as e:
         raise InterpError(f"could not export a PNG ({type(e).__name__}: {e}); static export needs `pip install "
                           f"kaleido` and a Chrome/Chromium (Debian: apt-get install chromium, or set BROWSER_PATH)") from e
-    if path is not None:
-        Path(path).write_bytes(data)
+    if path is not None:  # beside its final name, renamed into place: never a half-written PNG
+        with atomic_path(path) as tmp:
+            Path(tmp).write_bytes(data)
     return data
 
 

@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from interp.errors import InterpError
-from interp.validate import read_safetensors, refuse, tensor
+from interp.validate import digest, read_safetensors, refuse, tensor, tensors_digest
 
 __all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
@@ -222,7 +222,7 @@ def load(path: str | Path) -> Any:
     try:
         header = json.loads(meta.get("result", ""))
     except (ValueError, RecursionError):
-        raise refuse(path, "header field 'result'", "is not JSON", "the JSON save() writes") from None
+        raise refuse(path, "header field 'result'", "is not JSON", "the JSON that save() writes") from None
     if not isinstance(header, dict) or "$result" not in header:
         raise refuse(path, "header field 'result'", "holds no result", "{'$result': type, 'fields': {...}}")
     return _decode(header, tensors, path)
@@ -358,11 +358,13 @@ def _unflatten(value: Any, tensors: dict[str, torch.Tensor], source: Any = "the 
 def save_state(state: dict[str, Any], path: str | Path) -> Path:
     """Write a training checkpoint (nested dicts, lists and tuples of tensors and numbers; int keys
     allowed, as in an optimizer's state_dict) as safetensors + a JSON header, atomically, so resuming
-    never unpickles anything. Tuples read back as lists. Not a result: `load_state` reads it."""
+    never unpickles anything. Tuples read back as lists. Not a result: `load_state` reads it, and
+    refuses a file whose header and tensors no longer match the digest written with them."""
     tensors: dict[str, torch.Tensor] = {}
     header = _flatten(state, "state", tensors)
     tensors.setdefault("state.$empty", torch.zeros(0))
-    write_tensors_atomic(path, tensors, {"format": _STATE_FORMAT, "state": json.dumps(header)})
+    text = json.dumps(header)
+    write_tensors_atomic(path, tensors, {"format": _STATE_FORMAT, "state": text, "digest": digest([text, tensors_digest(tensors)])})
     return Path(path)
 
 
@@ -371,10 +373,12 @@ def load_state(path: str | Path) -> dict[str, Any]:
     meta, tensors = read_safetensors(path, "an interp state file", "one that save_state wrote")
     if meta.get("format") != _STATE_FORMAT:
         raise InterpError(f"{path} is not an interp state file (format {str(meta.get('format'))[:40]!r}, want {_STATE_FORMAT!r})")
+    if "digest" in meta and meta["digest"] != digest([meta.get("state"), tensors_digest(tensors)]):
+        raise InterpError(f"{path} fails its checksum (damaged or edited since save_state wrote it); remove it to start over")
     try:
         header = json.loads(meta.get("state", ""))
     except (ValueError, RecursionError):
-        raise refuse(path, "header field 'state'", "is not JSON", "the JSON save_state writes") from None
+        raise refuse(path, "header field 'state'", "is not JSON", "the JSON that save_state writes") from None
     state = _unflatten(header, tensors, path)
     if not isinstance(state, dict):
         raise refuse(path, "header field 'state'", f"holds a {type(state).__name__}", "a dict of state")

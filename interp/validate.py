@@ -5,7 +5,7 @@ processed-weight cache, configs, checkpoints) reads through these few functions,
 bit-flipped or crafted file is refused the same way: an `InterpError` that names the file, the field
 and what would be right, never a KeyError or JSONDecodeError from deep inside.
 
-    read_json(path, what)          the parsed JSON of a file
+    read_json(path, what)          the parsed JSON of a file (read_object: one that must be an object)
     read_safetensors(path, what)   (metadata, tensors) of a safetensors file (safetensors parses the header)
     field(data, key, kind, source) data[key], checked to be a `kind` (ints are not bools; numbers finite)
     number(value, source, name)    a finite int/float, optionally in [lo, hi]
@@ -32,7 +32,7 @@ import torch
 
 from interp.errors import InterpError
 
-__all__ = ["digest", "field", "hook", "note", "number", "read_json", "read_safetensors", "refuse", "tensor",
+__all__ = ["digest", "field", "hook", "note", "number", "read_json", "read_object", "read_safetensors", "refuse", "tensor",
            "tensors_digest"]
 
 _MISSING = object()
@@ -45,8 +45,8 @@ def _short(value: Any, n: int = 60) -> str:
 
 
 def refuse(source: Any, name: str, got: str, want: str) -> InterpError:
-    """The error of a file that does not hold what it should: "{source}: {name} {got}; want {want}"."""
-    return InterpError(f"{source}: {name} {got}; want {want}")
+    """The error of a file that does not hold what it should: "{source}: {name} {got}; it must be {want}"."""
+    return InterpError(f"{source}: {name} {got}; it must be {want}")
 
 
 def note(text: str) -> None:
@@ -76,6 +76,14 @@ def read_json(path: str | Path, what: str, fix: str = "a readable UTF-8 JSON fil
         raise _unreadable(path, what, f"not JSON: {_short(str(err), 60)}", fix) from None
 
 
+def read_object(path: str | Path, what: str, fix: str = "a readable UTF-8 JSON file") -> dict[str, Any]:
+    """`read_json`, refusing anything but a JSON object (what every config and card is)."""
+    data = read_json(path, what, fix)
+    if not isinstance(data, dict):
+        raise refuse(path, "the file", f"holds a {type(data).__name__}", f"a JSON object ({what})")
+    return data
+
+
 def read_safetensors(path: str | Path, what: str, fix: str) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
     """(metadata, tensors) of the safetensors file at `path`, read on the CPU. safetensors checks the
     header (its length, offsets and dtypes against the file's size); any failure is an InterpError."""
@@ -92,8 +100,8 @@ def read_safetensors(path: str | Path, what: str, fix: str) -> tuple[dict[str, s
     return meta, tensors
 
 
-def number(value: Any, source: Any, name: str, *, integer: bool = False, lo: float | None = None,
-           hi: float | None = None) -> Any:
+def number(value: Any, source: Any, name: str, *, integer: bool = False, lo: int | float | None = None,
+           hi: int | float | None = None) -> Any:
     """`value` if it is a finite number (an int when `integer`; never a bool) within [lo, hi]."""
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or (isinstance(value, float) and not math.isfinite(value)):
@@ -136,12 +144,12 @@ def tensor(t: Any, source: Any, name: str, *, shape: tuple[int, ...] | None = No
     if not isinstance(t, torch.Tensor):
         raise refuse(source, name, f"is a {type(t).__name__}", "a tensor")
     if shape is not None and tuple(t.shape) != tuple(shape):
-        raise refuse(source, name, f"has shape {list(t.shape)}", f"{list(shape)}")
+        raise refuse(source, name, f"has shape {list(t.shape)}", f"of shape {list(shape)}")
     if floating and not t.is_floating_point():
         raise refuse(source, name, f"has dtype {t.dtype}", "a floating dtype")
     if finite and t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
-        raise refuse(source, name, f"holds {bad} NaN or infinite values", "finite numbers")
+        raise refuse(source, name, f"holds {bad} NaN or infinite values", "finite (no NaN or infinity)")
     return t
 
 
@@ -152,8 +160,9 @@ def hook(name: Any, source: Any, what: str) -> str:
 
     try:
         return hook_name(name)
-    except InterpError as err:
-        raise refuse(source, what, f"is {_short(name)}", f"a hook name like 'blocks.0.hook_resid_pre' ({err})"[:200]) from None
+    except InterpError:
+        raise refuse(source, what, f"is {_short(name, 40)}",
+                     "a hook name: dot-separated identifiers like 'blocks.0.hook_resid_pre'") from None
 
 
 def digest(obj: Any) -> str:

@@ -8,10 +8,10 @@ them), one HF-format directory each, with cards.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from interp.model import ZOO_DIR, user_zoo_dir, zoo_dirs, zoo_path
+from interp.validate import read_object
 
 __all__ = ["card", "entries", "table"]
 
@@ -23,7 +23,7 @@ def card(name: str) -> dict[str, Any]:
     if not path.exists():
         have = [e["name"] for e in entries()]
         raise FileNotFoundError(f"zoo model {name!r} has no card at {path}; available: {have or 'none'}")
-    return json.loads(path.read_text())
+    return read_object(path, "a zoo model's card.json", "the folder interp zoo train wrote")
 
 
 def entries() -> list[dict[str, Any]]:
@@ -37,7 +37,7 @@ def entries() -> list[dict[str, Any]]:
         for p in sorted(root.glob("*/card.json")):
             if not (p.parent / "config.json").exists():
                 continue
-            c = json.loads(p.read_text())
+            c = read_object(p, "a zoo model's card.json", "the folder interp zoo train wrote")
             if root == user:
                 c = {**c, "zoo": "user", "path": str(p.parent)}
             found[p.parent.name] = c

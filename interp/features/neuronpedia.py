@@ -165,7 +165,7 @@ def _meta(nodes: list[dict], metadata: dict, src: str) -> dict[str, Any]:
     nodes' layer (one above the last), else from the deepest feature or error, and the prompt."""
     logit_layers = {_int(n.get("layer"), src, f"node {n['node_id'][:30]}.layer") for n in nodes if _kind(n, src) == LOGIT}
     if len(logit_layers) > 1:
-        raise refuse(src, "logit nodes' layer", f"takes {len(logit_layers)} values", "one (n_layers + 1)")
+        raise refuse(src, "logit nodes' layer", f"takes {len(logit_layers)} values", "one value (n_layers + 1)")
     inner = [_int(n.get("layer"), src, f"node {n['node_id'][:30]}.layer") for n in nodes if _kind(n, src) in (FEATURE, ERROR)]
     n_layers = (logit_layers.pop() - 1) if logit_layers else max(inner, default=-1) + 1
     return {"n_layers": n_layers, "prompt": field(metadata, "prompt", str, src, where="metadata", default="")}
@@ -194,7 +194,7 @@ def _parsed(node: dict, n_layers: int, n_tokens: int, src: str) -> dict[str, Any
     if n_tokens and pos >= n_tokens:
         raise refuse(src, f"{name}.ctx_idx", f"is {pos}", f"a position inside the prompt's {n_tokens} tokens")
     if len(parts) != 3:
-        raise refuse(src, f"{name}.node_id", "does not have three '_'-separated parts", "e.g. '3_120_5' or 'E_11_0'")
+        raise refuse(src, f"{name}.node_id", "does not have three '_'-separated parts", "like '3_120_5' or 'E_11_0'")
     row = {"kind": kind, "pos": pos, "activation": 0.0, "prob": 0.0}
     if kind == FEATURE:
         row.update(layer=_int(parts[0], src, f"{name} layer", lo=0), index=_int(parts[1], src, f"{name} feature", lo=0),

@@ -90,7 +90,7 @@ def load_saelens(folder: str | Path, *, model: str = "") -> Dictionary:
         raise InterpError(f"{folder / CFG} is a transcoder but names no hook_name_out")
     if not transcoder and (w["b_dec"].shape[-1:] != W_enc.shape[:1] or W_enc.ndim != 2):
         raise refuse(folder / WEIGHTS, "b_dec", f"has shape {list(w['b_dec'].shape)} against W_enc {list(W_enc.shape)}",
-                     "[d_in] (an SAE rebuilds the width it reads)")
+                     "of shape [d_in] (an SAE rebuilds the width it reads)")
     W_enc, b_enc = W_enc.float(), w["b_enc"].float()
     b_dec = w["b_dec"].float()
     if not transcoder and cfg.get("apply_b_dec_to_input", True):

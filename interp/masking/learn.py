@@ -19,6 +19,7 @@ from interp.errors import InterpError
 from interp.sites import check_head, check_layer
 from interp.interventions import Ablation
 from interp.storage import load_state, save_state
+from interp.validate import note
 from interp.masking.mask import HeadMask, MeanOver, check_task, default_reference, interventions, references, sites
 from interp.tasks.base import Task
 from interp.memory import records_peak
@@ -210,7 +211,11 @@ def learn_masks(
     fingerprint = _fingerprint(seeds, sparsities, task, units, r)
     first, history, elapsed = 0, [], 0.0
     if checkpoint is not None and Path(checkpoint).exists():
-        state = load_state(checkpoint)
+        try:
+            state = load_state(checkpoint)
+        except InterpError as err:  # damaged: the run starts over (and rewrites it), saying so
+            note(f"{str(err)[:200]}; starting over")
+            state = {}
         if state.get("fingerprint") == fingerprint:  # another run's file is ignored, not misread
             first, history, elapsed = gates.restore(state)
 

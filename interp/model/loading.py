@@ -5,7 +5,6 @@ zoo:NAME, GGUF file, real model name) and booting it in eval and compatibility m
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import socket
 import warnings
@@ -20,6 +19,7 @@ from interp import load_cache
 from interp.errors import InterpError
 from interp.model.building import family_of
 from interp.storage import cache_dir
+from interp.validate import read_object
 
 __all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "load", "name_of", "placement", "quiet_loading", "resolve",
            "user_zoo_dir", "zoo_dirs", "zoo_path"]
@@ -124,10 +124,7 @@ def _check_local_dir(path: Path) -> None:
     config = path / "config.json"
     if not config.exists():
         raise ModelNotFoundError(f"{path} has no config.json; an HF-format model directory needs one")
-    try:
-        json.loads(config.read_text())
-    except json.JSONDecodeError as err:
-        raise InterpError(f"{config} is not valid JSON ({err})") from None
+    read_object(config, "a model's config.json", "the config.json save_pretrained wrote")
     weights = list(path.glob("*.safetensors"))
     if not weights:
         pickled = [p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt", ".pkl")]
@@ -145,7 +142,7 @@ def _local_tokenizer(path: Path):
     cfg = path / "tokenizer_config.json"
     if not cfg.exists() or not (path / "tokenizer.json").exists():
         return None
-    if json.loads(cfg.read_text()).get("tokenizer_class") not in _PLAIN_TOKENIZERS:
+    if read_object(cfg, "a tokenizer_config.json").get("tokenizer_class") not in _PLAIN_TOKENIZERS:
         return None
     from transformers import PreTrainedTokenizerFast
 
