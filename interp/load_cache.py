@@ -140,8 +140,8 @@ def _intact(path: Path, digest: str | None) -> bool:
         memo = memo if isinstance(memo, dict) else {}
     except (OSError, ValueError):
         memo = {}
-    seen = [digest, *_identity(path)]
-    if memo.get(path.name) == seen:
+    seen, name = [digest, *_identity(path)], str(path.resolve())
+    if memo.get(name) == seen:
         return True
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -149,7 +149,7 @@ def _intact(path: Path, digest: str | None) -> bool:
     except Exception:  # a damaged payload can fail to read as well as to hash
         return False
     if ok:
-        memo[path.name] = seen
+        memo[name] = seen
         try:  # a lost update (two writers at once) only costs a later recheck
             write_text_atomic(memo_path, json.dumps(memo, indent=1))
         except OSError:

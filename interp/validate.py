@@ -159,6 +159,8 @@ def hook(name: Any, source: Any, what: str) -> str:
     from interp.sites import hook_name
 
     try:
+        if not isinstance(name, str):
+            raise InterpError("not a string")
         return hook_name(name)
     except InterpError:
         raise refuse(source, what, f"is {_short(name, 40)}",

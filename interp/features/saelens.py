@@ -58,6 +58,8 @@ def _config(folder: Path) -> dict:
     field(cfg, "apply_b_dec_to_input", bool, path, default=True)
     for key in ("d_in", "d_sae", "d_out"):
         field(cfg, key, int, path, default=0)
+    for key in ("metadata", "meta"):
+        field(cfg, key, dict, path, default={})
     return cfg
 
 
