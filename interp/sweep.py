@@ -297,7 +297,7 @@ def _summary_jobs(path: Path, *, trusted: bool = True) -> list[dict[str, Any]]:
         jobs = field(data, "jobs", list, path)
         for i, j in enumerate(jobs):
             if not _GRID_FILE.fullmatch(str(field(j, "file", str, path, where=f"jobs.{i}"))):
-                raise InterpError(f"{path}: jobs.{i}.file is {j['file'][:60]!r}; want grids/NAME.safetensors")
+                raise InterpError(f"{path}: jobs.{i}.file is {j['file'][:60]!r}; it must be grids/NAME.safetensors")
             field(j, "job", str, path, where=f"jobs.{i}")
     except InterpError as err:
         if not trusted:

@@ -5,6 +5,7 @@ the entry point, not deep inside the model."""
 from __future__ import annotations
 
 import inspect
+import json
 
 import pytest
 import torch
@@ -75,4 +76,114 @@ def test_a_refusal_names_what_was_wrong_and_what_to_do_in_under_300_characters(c
     message = str(info.value)
     assert len(message) < 300, f"{len(message)} characters: {message}"
     assert named in message[:120], f"the message does not lead with {named!r}: {message}"
+    assert any(w in message.lower() for w in FIX_WORDS), f"the message says nothing about what to do: {message}"
+
+
+# -- files: every file boundary refuses a hostile or damaged file with the file, the field and what is right
+
+
+def _result_file(t, change):
+    """A dictionary saved to t/d.safetensors, then `change(meta, tensors)` applied and written back."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from test_fuzz_files import tiny_dictionary
+
+    path = tiny_dictionary().save(t / "d.safetensors")
+    with safe_open(str(path), framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    change(meta, tensors)
+    save_file(tensors, str(path), metadata=meta)
+    return interp.results.load(path)
+
+
+def _retyped(name):
+    return lambda meta, tensors: meta.update(result=meta["result"].replace('"Dictionary"', json.dumps(name)))
+
+
+def _saelens(t, change_cfg=None, cfg_text=None):
+    from interp.features import load_saelens, save_saelens
+    from test_fuzz_files import tiny_dictionary
+
+    folder = save_saelens(tiny_dictionary(), t / "sae")
+    cfg = json.loads((folder / "cfg.json").read_text())
+    if change_cfg:
+        change_cfg(cfg)
+    (folder / "cfg.json").write_text(cfg_text if cfg_text is not None else json.dumps(cfg))
+    return load_saelens(folder)
+
+
+def _traversal(cfg):
+    cfg["hook_name"] = cfg["metadata"]["hook_name"] = "../../../etc/passwd"
+
+
+def _graph(t, change):
+    from interp.features import from_neuronpedia
+    from test_fuzz_files import graph_json
+
+    data = graph_json()
+    change(data)
+    (t / "g.json").write_text(json.dumps(data))
+    return from_neuronpedia(t / "g.json")
+
+
+def _state(t):
+    from interp.storage import load_state, save_state
+
+    path = save_state({"w": torch.arange(64.0)}, t / "s.safetensors")
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 4  # one bit of the tensor's bytes: same size, header intact
+    path.write_bytes(bytes(data))
+    return load_state(path)
+
+
+def _model_dir(m, t):
+    import shutil
+
+    folder = shutil.copytree(m["dir"], t / "model")
+    (folder / "config.json").write_text("{not json")
+    return interp.load(folder)
+
+
+def _sweep_results(t):
+    (t / "sw").mkdir()
+    (t / "sw" / "results.json").write_text(json.dumps({"complete": True, "jobs": [{"job": "a", "file": "../../x"}]}))
+    return sweep.load(t / "sw")
+
+
+def _out_under_a_file(t):
+    from interp.storage import check_writable
+
+    (t / "f").write_text("x")
+    return check_writable(t / "f" / "out.json")
+
+
+FILE_CASES = [
+    ("result: a tensor the file lacks", lambda m, t: _result_file(t, lambda meta, ts: ts.pop("root.W_dec")), "W_dec"),
+    ("result: header names os.system", lambda m, t: _result_file(t, _retyped("os.system")), "os.system"),
+    ("result: a module that does not exist", lambda m, t: _result_file(t, _retyped("no.such.Module")), "no.such.Module"),
+    ("dictionary: NaN thresholds", lambda m, t: _result_file(t, lambda meta, ts: ts["root.threshold"].fill_(float("nan"))),
+     "threshold"),
+    ("saelens: cfg.json not JSON", lambda m, t: _saelens(t, cfg_text="{not json"), "cfg.json"),
+    ("saelens: d_in disagrees", lambda m, t: _saelens(t, lambda cfg: cfg.update(d_in=7)), "d_in"),
+    ("saelens: hook_name a path", lambda m, t: _saelens(t, _traversal), "hook_name"),
+    ("neuronpedia: position 10**30", lambda m, t: _graph(t, lambda d: d["nodes"][0].update(ctx_idx=10**30)), "ctx_idx"),
+    ("neuronpedia: weight 'heavy'", lambda m, t: _graph(t, lambda d: d["links"][0].update(weight="heavy")), "weight"),
+    ("neuronpedia: nodes a string", lambda m, t: _graph(t, lambda d: d.update(nodes="abc")), "nodes"),
+    ("neuronpedia: infinite weight", lambda m, t: _graph(t, lambda d: d["links"][0].update(weight=float("inf"))), "weight"),
+    ("neuronpedia: node past the prompt", lambda m, t: _graph(t, lambda d: d["nodes"][0].update(ctx_idx=9)), "ctx_idx"),
+    ("state: flipped bits", lambda m, t: _state(t), "s.safetensors"),
+    ("model: config.json not JSON", _model_dir, "config.json"),
+    ("sweep: results.json names a file elsewhere", lambda m, t: _sweep_results(t), "results.json"),
+    ("output: under a regular file", lambda m, t: _out_under_a_file(t), "out.json"),
+]
+
+
+@pytest.mark.parametrize("case, call, named", FILE_CASES, ids=[c[0] for c in FILE_CASES])
+def test_a_hostile_file_is_refused_naming_the_file_the_field_and_what_is_right(case, call, named, english_dirs, tmp_path):
+    with pytest.raises(InterpError) as info:
+        call({"dir": english_dirs["gpt2"]}, tmp_path)
+    message = str(info.value)
+    assert len(message) < 300, f"{len(message)} characters: {message}"
+    assert named in message[:160], f"the message does not lead with {named!r}: {message}"
     assert any(w in message.lower() for w in FIX_WORDS), f"the message says nothing about what to do: {message}"
