@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import torch
 
 from interp.storage import cache_dir, file_sha256, write_tensors_atomic, write_text_atomic
-from interp.validate import note, read_object, tensors_digest
+from interp.validate import field, note, read_object, tensors_digest
 
 __all__ = ["CACHE_MIN_BYTES", "FAST_CLASSES", "fast_tokenizer", "file_sha256", "lean_processing", "processed_path",
            "processed_weights_cache", "release_free_memory", "warm", "weights_bytes"]
@@ -287,7 +287,7 @@ def fast_tokenizer(folder: str | Path):
     if not (cfg_path.exists() and file.exists()):
         return None
     config = read_object(cfg_path, "a tokenizer_config.json")
-    if config.get("tokenizer_class") not in FAST_CLASSES:
+    if field(config, "tokenizer_class", str, cfg_path, default=None) not in FAST_CLASSES:
         return None
     import transformers
     from transformers import PreTrainedTokenizerFast

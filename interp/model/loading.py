@@ -19,7 +19,7 @@ from interp import load_cache
 from interp.errors import InterpError
 from interp.model.building import family_of
 from interp.storage import cache_dir
-from interp.validate import read_object
+from interp.validate import field, read_object
 
 __all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "load", "name_of", "placement", "quiet_loading", "resolve",
            "user_zoo_dir", "zoo_dirs", "zoo_path"]
@@ -142,7 +142,7 @@ def _local_tokenizer(path: Path):
     cfg = path / "tokenizer_config.json"
     if not cfg.exists() or not (path / "tokenizer.json").exists():
         return None
-    if read_object(cfg, "a tokenizer_config.json").get("tokenizer_class") not in _PLAIN_TOKENIZERS:
+    if field(read_object(cfg, "a tokenizer_config.json"), "tokenizer_class", str, cfg, default=None) not in _PLAIN_TOKENIZERS:
         return None
     from transformers import PreTrainedTokenizerFast
 
