@@ -14,6 +14,7 @@ Real models by name (4-bit builds, dequantized to float32 on first load):
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from interp.errors import InterpError
 from interp.storage import atomic_dir, cache_dir, file_sha256
+from interp.validate import note, read_object
 
 __all__ = ["REAL_MODELS", "RealModel", "cache_dir", "convert", "real_model_file"]
 
@@ -88,19 +90,50 @@ def _check_gguf(path: Path) -> None:
         raise InterpError(f"{path} is not a GGUF file (it starts with {head!r}, a GGUF file with {_MAGIC!r})")
 
 
+MARKER = "interp-gguf.json"  # written last: its presence means the folder is whole
+
+
 def convert(path: str | Path) -> Path:
-    """The HF folder of a GGUF file: from the cache, or dequantized and written there now."""
+    """The HF folder of a GGUF file: from the cache, or dequantized and written there now. The cached
+    folder's marker holds the sha256 of each weight file; a folder whose weights no longer match
+    (damaged on disk) is converted again, with a one-line note."""
     path = Path(path).expanduser()
     _check_gguf(path)
     out = cache_dir() / "hf" / file_sha256(path)  # remembered by (path, size, mtime): no rehash per load
-    if (out / "interp-gguf.json").exists():  # written last: its presence means the folder is whole
-        return out
+    if (out / MARKER).exists():
+        if _whole(out):
+            return out
+        note(f"the converted GGUF folder {out} fails its checksum (damaged on disk); converting {path.name} again")
     # a folder from an interrupted run never gets the marker file; when two processes convert the
     # same file at once, the first to finish wins and the other's copy is discarded
-    with atomic_dir(out, complete=lambda p: (p / "interp-gguf.json").exists()) as tmp:
+    with atomic_dir(out, complete=_whole) as tmp:
         _dequantize(path, tmp)
-        (tmp / "interp-gguf.json").write_text(json.dumps({"source": path.name, "dtype": "float32", "quantized": True}))
+        files = {f.name: _sha256(f) for f in sorted(tmp.glob("*.safetensors"))}
+        (tmp / MARKER).write_text(json.dumps({"source": path.name, "dtype": "float32", "quantized": True, "files": files}))
     return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _whole(out: Path) -> bool:
+    """Whether `out` holds a finished conversion whose weight files hash to what its marker says (a
+    marker from before markers carried hashes: finished is enough)."""
+    try:
+        marker = read_object(out / MARKER, "a converted GGUF folder's marker")
+    except InterpError:
+        return False
+    files = marker.get("files")
+    if files is None:
+        return True
+    return isinstance(files, dict) and bool(files) and all(
+        isinstance(name, str) and "/" not in name and (out / name).is_file() and file_sha256(out / name) == sha
+        for name, sha in files.items())
 
 
 def _dequantize(path: Path, out: Path) -> None:

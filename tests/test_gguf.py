@@ -90,3 +90,26 @@ def test_cli_info_shows_the_card(smollm2, capsys):
     assert main(["info", "smollm2-135m", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert "4-bit" in info["card"] and "dequantized" in info["card"] and info["family"] == "llama"
+
+
+def test_a_converted_folder_damaged_on_disk_is_converted_again_with_a_note(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path / "cache"))
+    source = tmp_path / "s.gguf"
+    source.write_bytes(b"GGUF" + bytes(60))
+    calls = []
+
+    def dequantize(path, out):  # stands in for transformers: one weight file
+        calls.append(1)
+        (out / "model.safetensors").write_bytes(bytes(range(256)) * 4)
+
+    monkeypatch.setattr(gguf, "_dequantize", dequantize)
+    folder = gguf.convert(source)
+    assert gguf.convert(source) == folder and len(calls) == 1  # whole: read from the cache
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[100] ^= 1  # same size, one bit
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    capsys.readouterr()
+    assert gguf.convert(source) == folder and len(calls) == 2
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and "checksum" in note[0], note
+    assert (folder / "model.safetensors").read_bytes() == bytes(range(256)) * 4
