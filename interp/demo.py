@@ -13,6 +13,7 @@ from tqdm.auto import tqdm
 from interp import run
 from interp.model import FAMILIES, ZOO_DIR, build_tiny, describe, load
 from interp.sites import hook_name
+from interp.storage import check_writable
 from interp.tasks import english, make
 
 __all__ = ["run_demo", "section_circuit", "section_models", "section_patching", "section_zoo"]
@@ -131,7 +132,7 @@ def _sections() -> list[Callable[[Path], list[Any]]]:
 def run_demo(out: Path) -> Path:
     from interp import report
 
-    out.mkdir(parents=True, exist_ok=True)
+    check_writable(out, folder=True).mkdir(parents=True, exist_ok=True)
     items: list[Any] = [
         "interp demo: every figure below was computed just now, offline, on the models listed.",
     ]

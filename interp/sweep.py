@@ -53,6 +53,7 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.results import Grid
 from interp.sweep_jobs import COMMON_KEYS, KINDS, METRICS, Job, JobKind, job_id, resolved, run_job
+from interp.storage import check_writable
 from interp.sweep_store import Recorder, Store
 from interp.validate import field, note, read_json
 
@@ -231,8 +232,8 @@ def run(config: str | Path, out: str | Path, *, progress: bool = True, executor:
         raise InterpError(f"executor {executor!r} is not one of {tuple(EXECUTORS)}")
     if executor == "local" and (address is not None or executor_kw):
         raise InterpError("--address and the worker options need --executor ray")
+    out = check_writable(out, folder=True)  # before the config's models load, not after the first job
     experiments = load_config(config)
-    out = Path(out)
     (out / "grids").mkdir(parents=True, exist_ok=True)
     jobs, done, pending, changed = plan(experiments, out)
     before = {j["file"] for j in done.values()}

@@ -24,6 +24,8 @@ from interp.model import user_zoo_dir
 from interp.model.building import hf_config, hf_model_class, save_model_dir
 from interp.tasks import PAD_ID, dyck, english, markov, modular, multidomain, pad_rows
 from interp.errors import InterpError
+from interp.storage import check_writable
+from interp import validate
 
 __all__ = ["RECIPES", "NameCodes", "Recipe", "evaluate", "grokking_steps", "train", "training_rows", "write_card"]
 
@@ -360,6 +362,8 @@ def train(
 
 
 def _train(recipe: Recipe, out_dir, *, progress: bool, evaluate_after: bool, phase1_from) -> dict[str, Any]:
+    if out_dir is not None:
+        check_writable(out_dir, folder=True)  # refused now, not after the training
     start = time.time()
     tokenizer = _tokenizer(recipe)
     sizes = dict(recipe.sizes)
@@ -375,14 +379,16 @@ def _train(recipe: Recipe, out_dir, *, progress: bool, evaluate_after: bool, pha
         inputs, targets = training_rows(recipe)
         history, snapshots = _fit(model, recipe, inputs, targets, recipe.steps, gen, f"train {recipe.name}", progress, recipe.eval_every, codes)
     else:
-        from safetensors.torch import load_file
-
-        model.load_state_dict(load_file(str(Path(phase1_from) / "model.safetensors")), strict=False)
+        _, weights = validate.read_safetensors(Path(phase1_from) / "model.safetensors", "a phase-1 model's weights",
+                                               "the folder the first phase's train() wrote")
+        model.load_state_dict(weights, strict=False)
         model.tie_weights()
         if codes is not None and codes.violation() > 1e-4:
             raise InterpError(f"phase1_from={str(phase1_from)!r}: its name rows do not carry this recipe's name codes "
                              f"(name_codes={recipe.name_codes}); it was trained by another recipe")
-        previous_seconds = float(json.loads((Path(phase1_from) / "card.json").read_text())["training"]["seconds"])
+        card_path = Path(phase1_from) / "card.json"
+        training = validate.field(validate.read_object(card_path, "a phase-1 model's card"), "training", dict, card_path)
+        previous_seconds = float(validate.field(training, "seconds", float, card_path, where="training"))
     if recipe.finetune_steps:
         focus = replace(recipe, seed=recipe.seed + 1, data={**recipe.data, "mix": recipe.finetune_mix})
         inputs, targets = training_rows(focus)
