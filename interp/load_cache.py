@@ -101,11 +101,13 @@ def _read(path: Path, key: dict[str, Any], device: torch.device) -> dict[str, to
             meta = f.metadata() or {}
         found = json.loads(meta.get("key", "null"))
         order = json.loads(meta.get("order", "[]"))
+        if not isinstance(found, dict):
+            raise ValueError("the key is not a JSON object")
     except Exception as err:  # a damaged file is rebuilt, never half-read
         note(f"processed-weight cache {path.name} is unreadable ({type(err).__name__}); rebuilding")
         return None
     if found != key:
-        differ = sorted(k for k in set(key) | set(found or {}) if (found or {}).get(k) != key.get(k))
+        differ = sorted(k for k in set(key) | set(found) if found.get(k) != key.get(k))
         note(f"processed-weight cache {path.name} was written for other {', '.join(differ)}; rebuilding")
         return None
     if not _intact(path, meta.get("digest")):

@@ -401,6 +401,7 @@ def file_sha256(path: str | Path) -> str:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
+    memo = memo if isinstance(memo, dict) else {}  # a damaged memo only costs a rehash
     entry = memo.get(str(path))
     if isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
         return str(entry["sha256"])

@@ -283,3 +283,18 @@ def test_configs_and_cards_are_json_objects_or_refused(base, text):
     path.write_text(text, encoding="utf-8")
     got = loads_or_refuses(read_object, path, "a card")
     assert got is None or isinstance(got, dict)
+
+
+@FUZZ
+@given(hurt=damage)
+def test_probe_checkpoints_damaged_are_refused_or_replayed_whole(base, hurt):
+    from interp.probing.probe import _read_checkpoint
+    from interp.storage import save_state
+
+    ident = {"model": "m", "tolerance": 0.1}
+    path = Path(tempfile.mkdtemp(dir=base)) / "probe.safetensors"
+    save_state({"ident": json.dumps(ident, sort_keys=True), "values": torch.tensor([0.5, 0.25], dtype=torch.float64),
+                "seconds": 2.0}, path)
+    path.write_bytes(_mutated(path.read_bytes(), *hurt))
+    got = loads_or_refuses(_read_checkpoint, path, ident)
+    assert got is None or got == ([0.5, 0.25], 2.0)

@@ -274,6 +274,8 @@ def _read_checkpoint(path: str | Path | None, ident: dict[str, Any]) -> tuple[li
         state = load_state(path)
         saved, values = json.loads(state["ident"]), [float(v) for v in state["values"]]
         seconds = float(state.get("seconds", 0.0))
+        if not isinstance(saved, dict):
+            raise ValueError("its identity is not a JSON object")
     except (InterpError, ValueError, KeyError, TypeError) as e:
         raise InterpError(f"probe checkpoint {path} is not a probe's record ({e}); remove it to start over") from e
     ident = json.loads(json.dumps(ident))  # as it reads back (tuples as lists)
