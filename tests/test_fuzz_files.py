@@ -25,6 +25,7 @@ from interp.features.dictionary import Dictionary
 from interp.features.graph import AttributionGraph
 from interp.features.neuronpedia import from_neuronpedia, to_neuronpedia
 from interp.features.saelens import load_saelens, save_saelens
+from interp.results import Grid
 from interp.studies.units import Units
 from interp.validate import read_object
 
@@ -84,6 +85,7 @@ def base(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     storage.save(tiny_dictionary(), root / "dict.safetensors")
     storage.save(tiny_graph(), root / "graph.safetensors")
+    storage.save(Grid(torch.arange(6.0).reshape(2, 3), ("layer", "head"), meta={"metric": "logit_diff"}), root / "grid.safetensors")
     storage.save_state({"step": 3, "w": torch.arange(6.0), "nested": [{"a": torch.ones(2)}]}, root / "state.safetensors")
     save_saelens(tiny_dictionary(), root / "sae")
     return root
@@ -110,23 +112,26 @@ json_values = st.recursive(
 
 
 @FUZZ
-@given(which=st.sampled_from(["dict", "graph"]), hurt=damage)
+@given(which=st.sampled_from(["dict", "graph", "grid"]), hurt=damage)
 def test_result_files_truncated_or_bit_flipped(base, which, hurt):
     path = Path(tempfile.mkdtemp(dir=base)) / "f.safetensors"
     path.write_bytes(_mutated((base / f"{which}.safetensors").read_bytes(), *hurt))
     with no_hang():
         got = loads_or_refuses(storage.load, path)
-    assert got is None or isinstance(got, (Dictionary, AttributionGraph))
+    assert got is None or isinstance(got, (Dictionary, AttributionGraph, Grid))
 
 
-@FUZZ
-@given(where=st.lists(st.sampled_from(["W_enc", "b_enc", "threshold", "site_in", "meta", "$result", "fields", "W_dec"]),
-                      min_size=1, max_size=2), value=json_values)
-def test_result_headers_crafted(base, where, value):
+FIELDS = {"dict": ["W_enc", "b_enc", "threshold", "site_in", "meta", "W_dec"], "grid": ["values", "axes", "labels", "meta"]}
+
+
+@settings(FUZZ, max_examples=60)
+@given(which=st.sampled_from(["dict", "grid"]), data=st.data(), value=json_values)
+def test_result_headers_crafted(base, which, data, value):
     """A header field replaced by any JSON value (types, tensors it lacks, other result types, NaN)."""
     from safetensors import safe_open
 
-    with safe_open(str(base / "dict.safetensors"), framework="pt") as f:
+    where = data.draw(st.lists(st.sampled_from(FIELDS[which] + ["$result", "fields"]), min_size=1, max_size=2))
+    with safe_open(str(base / f"{which}.safetensors"), framework="pt") as f:
         meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
     header = json.loads(meta["result"])
     for key in where:
@@ -138,7 +143,7 @@ def test_result_headers_crafted(base, where, value):
     save_file(tensors, str(path), metadata={**meta, "result": json.dumps(header)})
     with no_hang():
         got = loads_or_refuses(storage.load, path)
-    assert got is None or isinstance(got, Dictionary)
+    assert got is None or isinstance(got, (Dictionary, Grid))
 
 
 @FUZZ
