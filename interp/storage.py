@@ -225,7 +225,10 @@ def load(path: str | Path) -> Any:
         raise refuse(path, "header field 'result'", "is not JSON", "the JSON that save() writes") from None
     if not isinstance(header, dict) or "$result" not in header:
         raise refuse(path, "header field 'result'", "holds no result", "{'$result': type, 'fields': {...}}")
-    return _decode(header, tensors, path)
+    try:
+        return _decode(header, tensors, path)
+    except RecursionError:
+        raise refuse(path, "header field 'result'", "is nested too deep", "the JSON that save() writes") from None
 
 
 @contextmanager
@@ -379,7 +382,10 @@ def load_state(path: str | Path) -> dict[str, Any]:
         header = json.loads(meta.get("state", ""))
     except (ValueError, RecursionError):
         raise refuse(path, "header field 'state'", "is not JSON", "the JSON that save_state writes") from None
-    state = _unflatten(header, tensors, path)
+    try:
+        state = _unflatten(header, tensors, path)
+    except RecursionError:
+        raise refuse(path, "header field 'state'", "is nested too deep", "the JSON that save_state writes") from None
     if not isinstance(state, dict):
         raise refuse(path, "header field 'state'", f"holds a {type(state).__name__}", "a dict of state")
     return state

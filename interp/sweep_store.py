@@ -78,7 +78,10 @@ class Store:
             entry = json.loads(text)
         except (ValueError, RecursionError):
             return self._stale(key, "is cut short or not JSON")
-        problem = self._problem(key, entry)
+        try:
+            problem = self._problem(key, entry)
+        except RecursionError:
+            problem = "is nested too deep"
         return self._stale(key, problem) if problem else entry
 
     def _problem(self, key: str, entry: Any) -> str | None:
