@@ -38,7 +38,8 @@ class Store:
     Reading checks an entry before trusting it: whole JSON, its config giving its key, its version
     and study this store's, its digest (sha256 of the rest of the entry) matching. An entry that
     fails is treated as missing, with a one-line note, so it is recomputed and rewritten; an entry
-    written before entries carried a digest is accepted when its config gives its key.
+    written before entries carried a digest is accepted when its config gives its key, and given
+    its digest then (rewritten atomically, where the store is writable).
     """
 
     def __init__(self, root: str | Path, version: int | str = 1, *, wrap: str | None = None, study: str | None = None):
@@ -82,7 +83,15 @@ class Store:
             problem = self._problem(key, entry)
         except RecursionError:
             problem = "is nested too deep"
-        return self._stale(key, problem) if problem else entry
+        if problem:
+            return self._stale(key, problem)
+        if "digest" not in entry:  # written before entries carried one: accepted once, then given its digest
+            entry["digest"] = digest(entry)
+            try:
+                write_text_atomic(path, json.dumps(entry, indent=1) + "\n")
+            except OSError:  # a read-only store stays as it is, and is checked by its keys alone
+                pass
+        return entry
 
     def _problem(self, key: str, entry: Any) -> str | None:
         """Why `entry` cannot be trusted as the result of `key` (None when it can)."""

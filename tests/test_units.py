@@ -201,19 +201,29 @@ def test_an_entry_without_a_digest_is_accepted_when_its_config_gives_its_key(tmp
     path.write_text(json.dumps(entry))
     assert Units("toy", tmp_path).run(config, lambda: {"value": 2}) == {"value": 1}
     assert capsys.readouterr().err == ""
+    migrated = json.loads(path.read_text())  # accepted once, then given its digest: an edit now shows
+    assert len(migrated["digest"]) == 64
+    migrated["result"]["value"] = 3
+    path.write_text(json.dumps(migrated))
+    assert Units("toy", tmp_path).run(config, lambda: {"value": 2}) == {"value": 2}
 
 
 COMMITTED = sorted((Path(__file__).parents[1] / "docs").glob("*_units"))
 
 
 @pytest.mark.parametrize("root", COMMITTED, ids=[p.name for p in COMMITTED])
-def test_the_committed_unit_stores_still_load(root, capsys):
-    """The docs' unit stores cost CPU-hours: every entry must still read back as stored, unnoted."""
+def test_the_committed_unit_stores_still_load(root, tmp_path, capsys):
+    """The docs' unit stores cost CPU-hours: every entry must still read back as stored, unnoted
+    (read from a copy: reading gives a digest-less entry its digest)."""
+    import shutil
+
     paths = sorted((root / "entries").glob("*.json"))
     assert paths
+    copy = shutil.copytree(root / "entries", tmp_path / "entries")
     for path in paths:
         raw = json.loads(path.read_text())
         study, version = raw["version"].rsplit("/", 1)
         assert study == raw["study"]
-        assert Units(study, root, version=version).get(raw["config"]) == raw["result"], path
+        assert Units(study, tmp_path, version=version).get(raw["config"]) == raw["result"], path
+        assert "digest" in json.loads((copy / path.name).read_text())
     assert "recomputing" not in capsys.readouterr().err
