@@ -142,3 +142,18 @@ def test_doc_is_bound_to_its_json_and_moves_with_every_number():
         changed = copy.deepcopy(result)
         bound.set_at(changed, key, value * 1.01)
         assert bound.check(md, changed), f"{key} moved by 1 % and the doc still checks"
+
+
+def test_committed_words_rest_on_unforced_layers_and_intervals():
+    """The committed JSON: no layer chosen at the final residual stream, the forced flip carries no word,
+    and every word beyond "no control" rests on an interval of non-zero width from >= 10 random directions."""
+    from interp.studies.verdicts import MIN_DRAWS, rejudge
+
+    result = json.loads((DOCS / "steering_repro.json").read_text())
+    assert rejudge(result) == []
+    for spec, v in result["models"].items():
+        assert v["forced_layer"] == v["n_layers"] - 1 and v["forced_layer"] not in v["layer"].values(), spec
+        assert "word" not in v.get("forced", {})
+        for a in ("core", "diff"):
+            c = v[f"{a}_verdict"]
+            assert c["draws"] >= MIN_DRAWS and c["diff_ci"][1] > c["diff_ci"][0] and c["mde"] > 0, (spec, a)
