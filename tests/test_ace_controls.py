@@ -120,7 +120,7 @@ def test_cores_doc_is_rendered_from_the_committed_json():
     root = Path(__file__).resolve().parents[1] / "docs"
     result = json.loads((root / "cores_repro.json").read_text())
     md = (root / "cores.md").read_text()
-    regions = ace_docs.cores_regions(result)
+    regions = {**ace_docs.cores_regions(result), **docs.common_regions(result)}  # the study's regions and every doc's two
     found = {name: body for name, body, _ in docs.regions(md)}
     assert set(found) == set(regions)
     for name, body in regions.items():
