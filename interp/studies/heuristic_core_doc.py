@@ -197,6 +197,9 @@ def _emergence(r: Render, e: dict[str, Any] | None) -> str:
                    f"important before the model generalizes is **{r.text(pointer(*at, 'verdict', 'word'))}**.")
     else:
         out.append(f"No checkpoint precedes generalization with a core head to trace: **{r.text(pointer(*at, 'verdict', 'word'))}**.")
+    last = pointer(*at, "checkpoints", len(e["checkpoints"]) - 1)
+    out.append(f"At the last checkpoint (step {r.int(last + '/step')}) they stand at {r.num(last + '/core')} (random sets: "
+               f"{r.num(last + '/random/q05')}–{r.num(last + '/random/q95')}).")
     if e["core_first_above_random"] is not None:
         out.append(f"The core heads first stand above the random sets' 95th percentile at step {r.int('/emergence/core_first_above_random')}.")
     else:
