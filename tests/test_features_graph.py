@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -323,6 +324,35 @@ def test_neuronpedia_json_round_trip(tmp_path, llama_graph):
     assert plain.ids == back.ids and torch.equal(plain.adjacency, back.adjacency) and plain.meta["n_layers"] == 2
     with pytest.raises(InterpError, match="lacks"):
         from_neuronpedia({"nodes": []})
+
+
+SCHEMA = Path(__file__).parent / "data" / "neuronpedia_graph_schema.json"  # Neuronpedia's published graph schema
+# (hijohnnylin/neuronpedia apps/webapp/app/api/graph/graph-schema.json at ebb8426f, August 2026)
+
+
+@pytest.mark.parametrize("options", [{}, {"prune": False}, {"prune": False, "scan": "gpt2-small"},
+                                     {"node_threshold": 0.5, "edge_threshold": 0.9}, {"node_threshold": 1.0, "edge_threshold": 1.0},
+                                     {"prune": False, "pruned_first": True}], ids=str)
+def test_neuronpedia_export_is_valid_under_the_published_schema(llama_graph, options):
+    """Every option of to_neuronpedia writes a file Neuronpedia's schema accepts (required fields,
+    their types; no null where it wants a number), and it loads back to the graph exported."""
+    import jsonschema
+
+    _, g = llama_graph
+    options = dict(options)
+    if options.pop("pruned_first", False):
+        g = g.prune(0.7, 0.95)
+    data = json.loads(json.dumps(to_neuronpedia(g, slug="s", **options)))
+    jsonschema.Draft7Validator(json.loads(SCHEMA.read_text())).validate(data)
+    m = data["metadata"]
+    assert None not in (m.get("node_threshold", 0), *m.get("pruning_settings", {}).values())
+    if options.get("prune", True):
+        assert m["node_threshold"] == options.get("node_threshold", 0.8) == m["pruning_settings"]["node_threshold"]
+    elif "node_threshold" not in g.meta:
+        assert "node_threshold" not in m and "pruning_settings" not in m
+    want = g.prune(options.get("node_threshold", 0.8), options.get("edge_threshold", 0.98)) if options.get("prune", True) else g
+    back = from_neuronpedia(data)
+    assert back.ids == want.ids and torch.equal(back.adjacency, want.adjacency)
 
 
 def test_bad_input_is_refused(llama):

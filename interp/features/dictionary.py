@@ -67,19 +67,39 @@ class Dictionary:
     def n_features(self) -> int:
         return self.W_enc.shape[1]
 
-    def pre(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... n_features"]:
-        """The encoder's pre-activations x @ W_enc + b_enc."""
-        if x.shape[-1] != self.W_enc.shape[0]:
-            raise InterpError(f"{self.site_in} activations have width {x.shape[-1]}; this dictionary reads width {self.W_enc.shape[0]}")
+    def flat(self, x: Tensor, side: str = "in") -> Tensor:
+        """`x` with its heads axis folded into its last when `side`'s site ("in": site_in, "out":
+        site_out) is an attention hook_z site and `x` arrives as [..., n_heads, d_head], as
+        SAELens's reshape_activations="hook_z" does; else `x` as it is."""
+        site, width = (self.site_in, self.W_enc.shape[0]) if side == "in" else (self.site_out, self.W_dec.shape[1])
+        if site.endswith("hook_z") and x.ndim >= 2 and (x.ndim == 4 or x.shape[-1] != width):
+            return x.flatten(-2)
+        return x
+
+    def pre(self, x: Float[Tensor, "... d_in"], features: Tensor | None = None) -> Float[Tensor, "... n_features"]:
+        """The encoder's pre-activations x @ W_enc + b_enc (of `features` only, when given); a
+        hook_z input [..., n_heads, d_head] is flattened first."""
+        x = self.flat(x)
+        if x.ndim == 0 or x.shape[-1] != self.W_enc.shape[0]:
+            raise InterpError(f"{self.site_in} activations have shape {tuple(x.shape)}; this dictionary reads "
+                              f"[..., {self.W_enc.shape[0]}]")
         W_enc, b_enc = self.W_enc.to(x.device), self.b_enc.to(x.device)  # no copy when already there
+        if features is not None:
+            W_enc, b_enc = W_enc[:, features.to(x.device)], b_enc[features.to(x.device)]
         return x.to(W_enc.dtype) @ W_enc + b_enc
+
+    def activation(self, h: Float[Tensor, "... k"], features: Tensor | None = None) -> Float[Tensor, "... k"]:
+        """Feature activations from pre-activations `h` (of `features` only, when given): ReLU, or
+        JumpReLU relu(h) * (h > threshold) when thresholds are set -- SAELens's definition, so a
+        threshold below zero still passes no negative activation."""
+        if self.threshold is None:
+            return torch.relu(h)
+        t = self.threshold.to(h.device)
+        return torch.relu(h) * (h > (t if features is None else t[features.to(h.device)]))
 
     def encode(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... n_features"]:
         """Feature activations (ReLU, or JumpReLU when thresholds are set)."""
-        h = self.pre(x)
-        if self.threshold is None:
-            return torch.relu(h)
-        return h * (h > self.threshold.to(h.device))
+        return self.activation(self.pre(x))
 
     def decode(self, f: Float[Tensor, "... n_features"]) -> Float[Tensor, "... d_out"]:
         return f @ self.W_dec.to(f.device) + self.b_dec.to(f.device)
@@ -94,7 +114,11 @@ class Dictionary:
         return replace(self, **move, threshold=None if self.threshold is None else self.threshold.to(device))
 
     def __call__(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_out"]:
-        return self.decode(self.encode(x))
+        """The reconstruction of `x`; an SAE at hook_z given [..., n_heads, d_head] returns that shape."""
+        out = self.decode(self.encode(x))
+        if self.kind == "sae" and self.flat(x) is not x:
+            return out.unflatten(-1, x.shape[-2:])
+        return out
 
     def __repr__(self) -> str:
         name = f" of {self.model}" if self.model else ""

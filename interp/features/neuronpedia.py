@@ -86,10 +86,15 @@ def to_neuronpedia(graph: AttributionGraph, *, slug: str, scan: str | None = Non
     meta = {
         "slug": slug, "scan": scan or f"{g.model or 'model'}-transcoders", "transcoder_list": [],
         "prompt_tokens": [_shown(x) for x in g.tokens], "prompt": g.meta.get("prompt", "".join(g.tokens)),
-        "node_threshold": g.meta.get("node_threshold"), "schema_version": 1,
-        "pruning_settings": {"node_threshold": g.meta.get("node_threshold"), "edge_threshold": g.meta.get("edge_threshold")},
+        "schema_version": 1,
         "info": {"generator": {"name": "interp"}, "interp": {"model": g.model, "tokens": list(g.tokens), "meta": g.meta}},
     }
+    # the schema types both as numbers: an unpruned graph (prune=False) leaves them out, never null
+    pruning = {k: float(g.meta[k]) for k in ("node_threshold", "edge_threshold") if isinstance(g.meta.get(k), (int, float))}
+    if pruning:
+        meta["pruning_settings"] = pruning
+    if "node_threshold" in pruning:
+        meta["node_threshold"] = pruning["node_threshold"]
     qparams = {"pinnedIds": [], "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
     return {"metadata": meta, "qParams": qparams, "nodes": nodes, "links": links}
 

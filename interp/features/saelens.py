@@ -12,7 +12,12 @@ SAELens cannot be installed beside interp (SAELens 6.x requires transformer-lens
 module reads and writes the files itself. What it reads it folds into the plain form
 `Dictionary` holds: an SAE that subtracts b_dec from its input (apply_b_dec_to_input) gets
 b_enc - b_dec @ W_enc instead. Input normalisation other than "none", TopK and gated
-architectures are refused: `Dictionary` has no equivalent.
+architectures are refused: `Dictionary` has no equivalent. JumpReLU is SAELens's
+relu(h) * (h > threshold); a hook_z dictionary (reshape_activations "hook_z") reads and writes
+[..., n_heads, d_head] flattened to [..., n_heads * d_head], as SAELens does.
+
+Sources: SAELens's sae.py, jumprelu_sae.py and loading/pretrained_sae_loaders.py
+(handle_config_defaulting: a cfg without sae_lens_version >= 6.0 is read as a pre-6.0 one).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from interp.sites import layer_of
 from interp.storage import atomic_dir, write_tensors_atomic
 from interp.validate import field, hook, read_json, read_safetensors, refuse, tensor
 
-__all__ = ["ARCHITECTURES", "load_saelens", "save_saelens"]
+__all__ = ["ARCHITECTURES", "SAE_LENS_VERSION", "load_saelens", "save_saelens"]
 
 CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
 ARCHITECTURES = ("standard", "jumprelu", "transcoder", "jumprelu_transcoder")
@@ -52,9 +57,16 @@ def _config(folder: Path) -> dict:
     if arch not in ARCHITECTURES:
         raise InterpError(f"{path}: SAELens architecture {arch[:40]!r} has no Dictionary equivalent; loadable: {ARCHITECTURES}")
     norm = field(cfg, "normalize_activations", str, path, default="none") or "none"
+    if norm == "expected_average_only_in":
+        raise InterpError(f"{path}: normalize_activations='expected_average_only_in': SAELens 6.54 scales no input for "
+                          "it (from_pretrained folds its release table's factor s into the weights); fold s in "
+                          "(W_enc*s, W_dec/s, b_dec/s), set 'none'")
     if norm != "none":
-        raise InterpError(f"{folder}: normalize_activations={norm[:40]!r} rescales inputs at run time; only 'none' loads "
-                          "(fold the scaling factor into the weights first)")
+        raise InterpError(f"{path}: normalize_activations={norm[:40]!r} rescales each token's input at run time in "
+                          "SAELens (and the output back), a step Dictionary does not have; only 'none' loads")
+    reshape = field(cfg, "reshape_activations", str, path, default="none")
+    if reshape not in ("none", "hook_z"):
+        raise refuse(path, "reshape_activations", f"is {reshape[:40]!r}", "'none' or 'hook_z'")
     field(cfg, "apply_b_dec_to_input", bool, path, default=True)
     for key in ("d_in", "d_sae", "d_out"):
         field(cfg, key, int, path, default=0)
@@ -86,6 +98,9 @@ def load_saelens(folder: str | Path, *, model: str = "") -> Dictionary:
     site_in = _hook(cfg, "hook_name", folder / CFG)
     if site_in is None:
         raise InterpError(f"{folder / CFG} names no hook_name (top level, or under 'metadata')")
+    if cfg.get("reshape_activations") == "hook_z" and not site_in.endswith("_z"):
+        raise refuse(folder / CFG, "reshape_activations", f"is 'hook_z' but the hook is {site_in}",
+                     "'hook_z' only at an attention hook_z site (SAELens refuses it too)")
     transcoder = arch.endswith("transcoder")
     site_out = _hook(cfg, "hook_name_out", folder / CFG) if transcoder else site_in
     if site_out is None:
@@ -107,19 +122,25 @@ def load_saelens(folder: str | Path, *, model: str = "") -> Dictionary:
         raise InterpError(f"{folder / WEIGHTS}: {str(err)[:220]}") from None
 
 
+SAE_LENS_VERSION = "6.54.12"  # the SAELens whose format save_saelens writes (6.x: cfg under "metadata")
+
+
 def save_saelens(d: Dictionary, folder: str | Path) -> Path:
-    """Write `d` as a SAELens folder (written beside `folder` and renamed into place)."""
+    """Write `d` as a SAELens 6 folder (written beside `folder` and renamed into place): the cfg
+    SAELens 6.54 writes, `metadata.sae_lens_version` set so SAELens reads it through its current
+    path, and reshape_activations "hook_z" for a dictionary that reads an attention hook_z site."""
     transcoder = d.kind == "transcoder"
     arch = ("jumprelu_" if d.threshold is not None else "") + "transcoder" if transcoder else \
         ("jumprelu" if d.threshold is not None else "standard")
-    meta = {"model_name": d.model or None, "hook_name": d.site_in, "hook_layer": layer_of(d.site_in),
+    meta = {"sae_lens_version": SAE_LENS_VERSION, "sae_lens_training_version": SAE_LENS_VERSION,
+            "model_name": d.model or None, "hook_name": d.site_in, "hook_layer": layer_of(d.site_in),
             "hook_head_index": None, "prepend_bos": True}
     cfg = {"architecture": arch, "d_in": d.W_enc.shape[0], "d_sae": d.n_features, "dtype": "float32",
            "device": "cpu", "apply_b_dec_to_input": False, "normalize_activations": "none",
-           "reshape_activations": "none", "metadata": meta, "hook_name": d.site_in, "model_name": d.model or None}
+           "reshape_activations": "hook_z" if d.site_in.endswith("hook_z") else "none", "metadata": meta}
     if transcoder:
-        cfg.update({"d_out": d.W_dec.shape[1], "hook_name_out": d.site_out, "hook_layer_out": layer_of(d.site_out),
-                    "hook_head_index_out": None})
+        cfg["d_out"] = d.W_dec.shape[1]
+        meta.update({"hook_name_out": d.site_out, "hook_layer_out": layer_of(d.site_out), "hook_head_index_out": None})
     tensors = {"W_enc": d.W_enc, "b_enc": d.b_enc, "W_dec": d.W_dec, "b_dec": d.b_dec}
     if d.threshold is not None:
         tensors["threshold"] = d.threshold

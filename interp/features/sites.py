@@ -97,13 +97,12 @@ class FeatureEdit:
         if x.shape[:2] != act.shape[:2]:
             raise InterpError(f"inputs {tuple(self.inputs.shape)} do not match the activation at {d.site_out} "
                               f"{tuple(act.shape)} (from position {start}); record them from the same tokens")
-        h = x.to(d.W_enc) @ d.W_enc[:, idx] + d.b_enc[idx]
-        return torch.relu(h) if d.threshold is None else h * (h > d.threshold[idx])
+        return d.activation(d.pre(x, idx), idx)
 
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
         d = self.dictionary.to(act.device)
         idx = torch.tensor(self.features, device=d.W_enc.device)
-        n_pos = act.shape[1]
+        n_pos, shape, act = act.shape[1], act.shape, d.flat(act, "out")  # hook_z: [b, p, heads, d_head] -> [b, p, d]
         if self.mode == "steer":
             delta = torch.as_tensor(self.value, dtype=d.W_dec.dtype, device=act.device).expand(*act.shape[:2], len(self.features))
         else:
@@ -121,7 +120,7 @@ class FeatureEdit:
             chosen = torch.tensor([p if p >= 0 else total + p for p in self.positions], device=act.device)
             on = torch.isin(absolute, chosen).to(delta)
             delta = delta * on[None, :, None]
-        return act + (delta.to(d.W_dec) @ d.W_dec[idx]).to(act.dtype)
+        return (act + (delta.to(d.W_dec) @ d.W_dec[idx]).to(act.dtype)).reshape(shape)
 
 
 def feature_edit(model, tokens: Tensor, dictionary: Dictionary, features, mode: str = "ablate", value: Any = 0.0,
