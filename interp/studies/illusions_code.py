@@ -289,7 +289,9 @@ def judge_code(ev: dict[str, Any], rank: int, draws: int) -> dict[str, Any]:
     """The two code claims, per unseen language (paired over heads), each against the in-distribution
     split the claim names (null "baseline", a 99.5 % t interval: it excludes 0 exactly when the paired
     t-test gives p < 0.005, the paper's test) and against random rank-k projections of the same heads
-    (null "random subspaces", 95 % t interval of the per-head difference)."""
+    (null "random subspaces", 95 % t interval of the per-head difference). The claim ids go on the
+    claim-level words (`illusions.code_claims`, the worst word over languages and controls), as the Dyck
+    claims' do, so the paper-claims ledger and the study's claims table give the same word."""
     from interp.studies.verdicts import against_all, judge
 
     s = summary(ev)
@@ -303,25 +305,25 @@ def judge_code(ev: dict[str, Any], rank: int, draws: int) -> dict[str, Any]:
         svd_gap = [gap(h, "all", "svd") for h in hs]
         rand_gap = [gap(h, "all", "random_mean") for h in hs]
         m, ci, p = _t_interval(svd_gap, 0.995)
-        md, ci_d, p_d = _t_interval([a - b for a, b in zip(svd_gap, rand_gap)], 0.95)
+        _, ci_d, p_d = _t_interval([a - b for a, b in zip(svd_gap, rand_gap)], 0.95)
         lang_claims = [
             {**judge(f"rank-{rank} SVD similarity higher on held-out Python than on {lang} (mean over heads, paired)",
                      mean([h["all"][ID_LANG]["svd"] for h in hs]), mean([h["all"][lang]["svd"] for h in hs]), "greater",
-                     diff_ci=ci, null="baseline", claim_id="il.code_java_vs_unseen"), "paired_t_p": p, "ci_level": 0.995},
+                     diff_ci=ci, null="baseline"), "paired_t_p": p, "ci_level": 0.995},
             {**judge(f"the SVD gap Python - {lang} larger than random rank-{rank} projections' gap (per head, paired)",
-                     m, mean(rand_gap), "greater", diff_ci=ci_d, null="random subspaces", draws=draws,
-                     claim_id="il.code_java_vs_unseen"), "paired_t_p": p_d, "ci_level": 0.95},
+                     m, mean(rand_gap), "greater", diff_ci=ci_d, null="random subspaces", draws=draws),
+             "paired_t_p": p_d, "ci_level": 0.95},
         ]
         rep_gap = [gap(h, "repeated", "svd") - gap(h, "other", "svd") for h in hs]
         rep_rand = [gap(h, "repeated", "random_mean") - gap(h, "other", "random_mean") for h in hs]
         mr, ci_r, p_r = _t_interval(rep_gap, 0.95)
-        mrr, ci_rr, p_rr = _t_interval([a - b for a, b in zip(rep_gap, rep_rand)], 0.95)
+        _, ci_rr, p_rr = _t_interval([a - b for a, b in zip(rep_gap, rep_rand)], 0.95)
         rep_claims = [
             {**judge(f"the SVD gap Python - {lang} larger at repeated-word positions than at the others (per head, paired)",
                      mean([gap(h, "repeated", "svd") for h in hs]), mean([gap(h, "other", "svd") for h in hs]), "greater",
-                     diff_ci=ci_r, null="baseline", claim_id="il.code_repeated_word"), "paired_t_p": p_r, "ci_level": 0.95},
+                     diff_ci=ci_r, null="baseline"), "paired_t_p": p_r, "ci_level": 0.95},
             {**judge(f"that excess larger than random rank-{rank} projections' (per head, paired)", mr, mean(rep_rand),
-                     "greater", diff_ci=ci_rr, null="random subspaces", draws=draws, claim_id="il.code_repeated_word"),
+                     "greater", diff_ci=ci_rr, null="random subspaces", draws=draws),
              "paired_t_p": p_rr, "ci_level": 0.95},
         ]
         best = max(range(len(hs)), key=lambda i: gap(hs[i], "repeated", "svd"))
