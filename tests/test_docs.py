@@ -280,20 +280,22 @@ def test_verdict_rules():
     from interp.studies import verdicts as v
 
     assert v.verdict(None, 0.5) == v.NOT_RUN
-    assert v.verdict(0.9, 0.5) == v.REPRODUCED
-    assert v.verdict(0.9, 0.5, "less") == v.NOT_REPRODUCED  # e.g. a rank: lower is the paper's side
-    assert v.verdict(0.52, 0.5, tol=0.05) == v.CONTROL
-    assert v.verdict(0.52, 0.5, tol=0.05, setup_control=True) == v.FORCED
+    ci = dict(effect_ci=(0.85, 0.95))  # told apart only by an interval
+    assert v.verdict(0.9, 0.5) == v.CONTROL  # no interval: far apart, yet nothing says how far is far
+    assert v.verdict(0.9, 0.5, **ci) == v.REPRODUCED
+    assert v.verdict(0.9, 0.5, "less", **ci) == v.NOT_REPRODUCED  # e.g. a rank: lower is the paper's side
+    assert v.verdict(0.52, 0.5, effect_ci=(0.49, 0.55)) == v.CONTROL
+    assert v.verdict(0.52, 0.5, effect_ci=(0.49, 0.55), setup_control=True) == v.FORCED
     assert v.verdict(0.9, 0.5, control_ci=(0.3, 0.95)) == v.CONTROL  # inside the random draws' range
     assert v.verdict(0.9, 0.5, diff_ci=(-0.01, 0.6)) == v.CONTROL
-    assert v.verdict(0.6, 0.5, paper=0.9, paper_control=0.5) == v.PARTLY  # a quarter of the paper's margin
-    assert v.verdict(0.8, 0.5, paper=0.9, paper_control=0.5) == v.REPRODUCED
+    assert v.verdict(0.6, 0.5, paper=0.9, paper_control=0.5, diff_ci=(0.05, 0.15)) == v.PARTLY  # a quarter of the paper's margin
+    assert v.verdict(0.8, 0.5, paper=0.9, paper_control=0.5, diff_ci=(0.2, 0.4)) == v.REPRODUCED
     assert v.against_all([v.REPRODUCED, v.NOT_REPRODUCED]) == v.NOT_REPRODUCED
     assert v.combine([v.REPRODUCED, v.NOT_REPRODUCED]) == v.PARTLY
     assert v.combine([v.CONTROL, v.FORCED]) == v.FORCED and v.combine([v.NOT_RUN]) == v.NOT_RUN
     with pytest.raises(InterpError, match="needs the control"):
         v.verdict(0.9, None)
-    record = v.judge("graft beats facts alone", 3.30, 2.65, "less")
+    record = v.judge("graft beats facts alone", 3.30, 2.65, "less", diff_ci=(0.3, 1.0))
     assert record["word"] == v.NOT_REPRODUCED and v.rejudge({"x": [record]}) == []
     assert v.rejudge({"x": [{**record, "word": v.PARTLY}]}) == ["/x/0: says 'partly', its numbers give 'not reproduced'"]
 
