@@ -1,9 +1,16 @@
-"""The `interp` command: info, demo, zoo, sweep, repro, doc, steer, circuit."""
+"""The `interp` command: info, demo, zoo, sweep, repro, doc, steer, circuit.
+
+An error is one line on stderr, `interp: error: ...`, and an exit code: 2 when the input was refused
+(a bad argument, a missing or malformed file, an output that cannot be written: fix the command),
+1 when the run itself failed (anything else, e.g. out of memory: a bug to report). `--debug` shows
+the traceback instead. Outputs are checked writable before any work starts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -53,7 +60,9 @@ def _info(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from interp.demo import run_demo
+    from interp.storage import check_writable
 
+    check_writable(args.out, folder=True)
     path = run_demo(Path(args.out))
     print(f"wrote {path}")
     return 0
@@ -90,6 +99,10 @@ def _zoo_train(args: argparse.Namespace) -> int:
 
     if args.name not in RECIPES:
         raise InterpError(f"no recipe {args.name!r}; recipes: {', '.join(RECIPES)}")
+    if args.out is not None:
+        from interp.storage import check_writable
+
+        check_writable(args.out, folder=True)
     card = train(RECIPES[args.name], args.out, steps=args.steps, progress=not args.json)
     print(json.dumps({"name": card["name"], "seconds": card["training"]["seconds"], "accuracy": card.get("accuracy")}, indent=2))
     return 0
@@ -104,6 +117,9 @@ def _sweep(args: argparse.Namespace) -> int:
                                     worker_gpus=args.worker_gpus, retries=args.retries).items() if v is not None}
     elif any(v is not None for v in (args.address, args.num_cpus, args.worker_cpus, args.worker_gpus, args.retries)):
         raise InterpError("--address, --num-cpus, --worker-cpus, --worker-gpus and --retries need --executor ray")
+    from interp.storage import check_writable
+
+    check_writable(args.out, folder=True)
     summary = run(args.config, args.out, progress=not args.json, executor=args.executor, **kw)
     if args.json:
         print(json.dumps(summary))
@@ -127,15 +143,33 @@ def _seeds(text: str) -> int | list[int]:
         raise argparse.ArgumentTypeError(f"{text!r}: give a count (3) or a comma-separated list of seeds (0,4,7)") from None
 
 
+def _finite(value: object) -> bool:
+    """Every number in a JSON value is finite and fits 64 bits (1e999 reads as inf, 10**400 as an int
+    that no tensor or count holds)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int):
+        return abs(value) < 2**63
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
 def _setting(text: str) -> tuple[str, object]:
     """`--set key=value`: the value read as JSON (0.5, 3, true, [1, 2]), else kept as a string."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: write --set KEY=VALUE, e.g. --set boot=200")
     try:
-        return key.strip(), json.loads(value)
+        parsed = json.loads(value, parse_constant=lambda word: math.nan)  # NaN, Infinity: refused below
     except json.JSONDecodeError:
         return key.strip(), value
+    if not _finite(parsed):
+        raise argparse.ArgumentTypeError(f"{text!r}: {value} is not a finite number that fits 64 bits; "
+                                         f"give a finite value, e.g. --set {key.strip()}=1e9")
+    return key.strip(), parsed
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
@@ -150,9 +184,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _repro(args: argparse.Namespace) -> int:
-    from interp.storage import write_text_atomic
+    from interp.storage import check_writable, write_text_atomic
     from interp.studies import protocol
 
+    if args.out:  # refused now, not after the run
+        check_writable(args.out)
+    if args.units:
+        check_writable(args.units, folder=True)
     # every registered study has one repro signature (interp.studies.protocol; tests/test_study_protocol.py)
     result = protocol.get(args.name).repro(progress=not args.json, models=args.model, budget=args.budget,
                                              overrides=_overrides(args), units=args.units)
@@ -176,6 +214,9 @@ def _doc(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise InterpError(f"{flag} {path}: no such file; give the study's JSON (from `interp repro {args.name} --out`) "
                               "and the markdown whose <!-- gen:NAME --> regions it refills")
+    from interp.storage import check_writable
+
+    check_writable(args.doc)
     print(f"wrote {protocol.get(args.name).write_doc(args.json_path, args.doc)}")
     return 0
 
@@ -205,13 +246,14 @@ def _circuit(args: argparse.Namespace) -> int:
     from interp.circuits import faithfulness_curve
     from interp.circuits.pipeline import scores, summary, task_for, with_example
     from interp.model import load
-    from interp.storage import write_text_atomic
+    from interp.storage import check_writable, write_text_atomic
 
     if args.steps < 1:
         raise InterpError(f"--steps {args.steps} must be >= 1")
     if args.n < 2:
         raise InterpError(f"--n {args.n} must be >= 2 examples")
     out, progress = Path(args.out), not args.json
+    check_writable(out, folder=True)
     model = load(args.model)
     task = task_for(model, args.task, n=args.n, seed=args.seed)
     graph = scores(model, task, args.method, steps=args.steps, progress=progress)
@@ -335,12 +377,24 @@ def _add_circuit_and_steer(sub) -> None:
     p.set_defaults(func=_steer)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with every command's `--debug` and usage errors on one line (exit 2)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                          help="on an error, show its traceback instead of one line")
+
+    def error(self, message: str):
+        self.exit(2, f"interp: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="interp",
         description="Mechanistic interpretability on TransformerLens 4.x bridges.",
     )
-    sub = parser.add_subparsers(dest="command")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     _add_model_commands(sub)
     _add_sweep(sub)
     _add_repro(sub)
@@ -356,9 +410,24 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.func(args)
-    except (InterpError, FileNotFoundError) as err:  # bad input; anything else is a bug and shows its traceback
-        print(f"interp {args.command}: error: {err}", file=sys.stderr)
+    except (Exception, KeyboardInterrupt) as err:
+        if getattr(args, "debug", False):
+            raise
+        return _failed(err)
+
+
+def _failed(err: BaseException) -> int:
+    """One line on stderr for `err` and the exit code: 2 refused input, 1 a failed run, 130 interrupted."""
+    text = " ".join(str(err).split())
+    if isinstance(err, KeyboardInterrupt):
+        print("interp: interrupted", file=sys.stderr)
+        return 130
+    if isinstance(err, (InterpError, FileNotFoundError)):  # bad input: the command needs fixing
+        print(f"interp: error: {text}", file=sys.stderr)
         return 2
+    print(f"interp: error: the run failed: {type(err).__name__}: {text} (rerun with --debug for the traceback)",
+          file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import InterpError
-from interp.sites import hook_name, kind_of, position_axis
+from interp.sites import check_position, hook_name, kind_of, position_axis
 
 __all__ = [
     "ABLATIONS", "Ablation", "Intervention", "Mask", "Patch", "Project", "Reference", "WeightDelta",
@@ -102,6 +102,9 @@ class Patch:
         object.__setattr__(self, "site", hook_name(self.site, self.layer))
         if self.head is not None and kind_of(self.site) not in ("head", "pattern"):
             raise InterpError(f"head={self.head} needs a per-head site (z, q, k, v, pattern), not {self.site}")
+        axis = position_axis(self.site)
+        if self.pos is not None and isinstance(self.source, Tensor) and self.source.ndim > axis:
+            object.__setattr__(self, "pos", check_position(self.pos, self.source.shape[axis], "Patch pos"))
 
     @property
     def sites(self) -> tuple[str, ...]:

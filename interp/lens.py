@@ -37,6 +37,7 @@ from interp.errors import InterpError
 from interp.interventions import Intervention
 from interp.metrics import logit_diff as _logit_diff
 from interp.results import Grid
+from interp.sites import check_tokens
 from interp.tasks.base import Task
 from interp.memory import records_peak
 
@@ -192,13 +193,10 @@ def _task(model, task: Task, need_incorrect: bool) -> tuple[Tensor, Tensor, Tens
 
 def _tokens(model, tokens) -> Tensor:
     if isinstance(tokens, str):
-        tokens = model.to_tokens(tokens)
-    if not isinstance(tokens, Tensor) or tokens.ndim != 2 or tokens.shape[1] < 2:
+        tokens = model.to_tokens(tokens, truncate=False)  # a prompt past the context is refused, not cut
+    check_tokens(tokens, model=model)
+    if tokens.ndim != 2 or tokens.shape[1] < 2:
         raise InterpError("tokens must be a [batch, pos] tensor with pos >= 2 (or a prompt string)")
-    if int(tokens.max()) >= model.cfg.d_vocab or int(tokens.min()) < 0:
-        raise InterpError(f"token ids must lie in 0..{model.cfg.d_vocab - 1}")
-    if tokens.shape[1] > model.cfg.n_ctx:
-        raise InterpError(f"{tokens.shape[1]} positions exceed the context n_ctx={model.cfg.n_ctx}")
     return tokens.to(model.cfg.device)
 
 

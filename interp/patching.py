@@ -80,18 +80,12 @@ def _inputs(model, clean, corrupt, metric) -> tuple[Tensor, Tensor, Metric, dict
         raise InterpError(f"metric must be a function of the logits, got {type(metric).__name__}")
     if not (isinstance(clean, Tensor) and isinstance(corrupt, Tensor)):
         raise InterpError("clean and corrupt must be [batch, pos] token tensors, or clean a Task")
-    check_tokens(clean, "clean")
-    check_tokens(corrupt, "corrupt")
+    check_tokens(clean, "clean", model=model)
+    check_tokens(corrupt, "corrupt", model=model)
     if clean.shape != corrupt.shape or clean.ndim != 2:
         raise InterpError(
             f"clean tokens {tuple(clean.shape)} and corrupt tokens {tuple(corrupt.shape)} must both be "
             "[batch, pos] with the same shape, so activations align position by position"
-        )
-    top = int(max(clean.max(), corrupt.max()))
-    if top >= model.cfg.d_vocab:
-        raise InterpError(
-            f"token id {top} is outside the model's vocabulary (d_vocab={model.cfg.d_vocab}); "
-            "were these tokens made with another model's tokenizer?"
         )
     device = run.input_device(model)
     return clean.to(device), corrupt.to(device), metric, info, answer_pos

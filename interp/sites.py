@@ -156,8 +156,9 @@ def check_tokens(tokens, what: str = "tokens", model=None) -> None:
 
     if not isinstance(tokens, torch.Tensor):
         raise InterpError(f"{what} is a {type(tokens).__name__}; pass a tensor of token ids, e.g. model.to_tokens(text)")
-    if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
-        raise InterpError(f"{what} has dtype {tokens.dtype}; token ids must be integers: pass {what}.long()")
+    if tokens.dtype not in (torch.long, torch.int32):  # what an embedding indexes with
+        kind = "integers" if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool else "int64"
+        raise InterpError(f"{what} has dtype {tokens.dtype}; token ids must be {kind}: pass {what}.long()")
     if tokens.ndim not in (1, 2):
         raise InterpError(f"{what} has shape {tuple(tokens.shape)}; token ids must be [batch, pos] (or [pos] for one "
                           f"row): pass {what}.flatten(0, -2) to stack the rows")

@@ -137,3 +137,54 @@ def test_repro_illusions_bad_budget_is_an_error(capsys):
     assert "include 4" in capsys.readouterr().err
     assert main(["repro", "illusions", "--set", "depth=3", "--json"]) == 2
     assert "no budget key 'depth'" in capsys.readouterr().err
+
+
+def test_errors_are_one_line_with_an_exit_code_and_a_traceback_only_with_debug(monkeypatch, tmp_path, capsys):
+    """Refused input exits 2 with one `interp: error:` line, before any work: --out below a regular
+    file, a --set value that is not a finite number, another study's JSON or a file that is not JSON
+    given to `interp doc`. A run that fails for another reason exits 1, also in one line; --debug
+    (before or after the command) shows the traceback instead."""
+    import types
+
+    from interp.studies import protocol
+
+    ran = []
+
+    def repro(**kw):
+        ran.append(kw)
+        raise RuntimeError("boom\nsecond line")
+
+    real_get = protocol.get
+    monkeypatch.setattr(protocol, "get", lambda name: types.SimpleNamespace(repro=repro, write_doc=real_get(name).write_doc))
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    not_json = tmp_path / "bad.json"
+    not_json.write_text("{bad")
+    doc = tmp_path / "steering.md"
+    doc.write_text("# doc\n")
+    illusions = json.dumps({"study": "illusions", "provenance": {"commit": "abc"}})
+    other = tmp_path / "illusions.json"
+    other.write_text(illusions)
+    refused = [
+        (["repro", "illusions", "--out", str(afile / "run.json")], "is a file, not a folder"),
+        (["repro", "illusions", "--units", str(afile / "u")], "is a file, not a folder"),
+        (["doc", "steering", "--json", str(not_json), "--doc", str(doc)], "is not JSON"),
+        (["doc", "steering", "--json", str(other), "--doc", str(doc)], "study illusions, not steering"),
+        (["circuit", "zoo:nope", "--out", str(afile)], "is a file"),
+    ]
+    for argv, said in refused:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("interp: error: ") and said in err and err.count("\n") == 1, err
+    assert not ran, "a refused command started its run"
+    for value in ("1e999", "NaN", "-Infinity", str(10**30), "[1, 1e999]"):
+        with pytest.raises(SystemExit) as info:
+            main(["repro", "illusions", "--set", f"fit={value}"])
+        err = capsys.readouterr().err
+        assert info.value.code == 2 and err.startswith("interp: error: ") and err.count("\n") == 1, err
+    assert main(["repro", "illusions"]) == 1
+    err = capsys.readouterr().err
+    assert err == "interp: error: the run failed: RuntimeError: boom second line (rerun with --debug for the traceback)\n"
+    for argv in (["--debug", "repro", "illusions"], ["repro", "illusions", "--debug"]):
+        with pytest.raises(RuntimeError, match="boom"):
+            main(argv)

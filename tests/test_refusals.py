@@ -1,9 +1,11 @@
 """Every refusal of a main entry point is an InterpError that names what the caller did and what
-to do, in under 300 characters (issue 29, item 7): float token ids and other wrong dtypes fail at
-the entry point, not deep inside the model."""
+to do, in under 300 characters: float token ids and other wrong dtypes, degenerate inputs (empty
+batches, prompts past the context, positions past the prompt, dictionaries of another width, graphs
+with nothing to rank) fail at the entry point, not deep inside the model."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import json
 
@@ -11,10 +13,13 @@ import pytest
 import torch
 
 import interp
-from interp import circuits, masking, patching, run, steering, sweep, tasks
+from interp import circuits, features, masking, patching, run, steering, sweep, tasks
 from interp.errors import InterpError
+from interp.interventions import Patch
+from interp.studies import protocol
 from interp.tasks import english
 
+features_train = importlib.import_module("interp.features.train")  # the module (features.train is its function)
 FIX_WORDS = ("pass", "use", "give", "one of", "valid", "must", "need", "nearest", "e.g.", "install", "leave")
 
 
@@ -63,7 +68,64 @@ CASES = [
      "max_new_tokens"),
     ("sweep: executor", lambda m, t: sweep.run(t / "none.toml", t / "out", executor="slurm"), "slurm"),
     ("results: no file", lambda m, t: interp.results.load(t / "nothing.safetensors"), "nothing.safetensors"),
+    # degenerate in-memory inputs (issue 39, item 3): refused at the entry point
+    ("logits: 3-D tokens", lambda m, t: run.logits(m["gpt2"], m["task"].clean[None]), "shape"),
+    ("logits: empty batch", lambda m, t: run.logits(m["gpt2"], m["task"].clean[:0]), "empty"),
+    ("logits: past the context", lambda m, t: run.logits(m["gpt2"], torch.ones(1, 65, dtype=torch.long)), "65 positions"),
+    ("logits: id past the vocabulary", lambda m, t: run.logits(m["gpt2"], m["task"].clean + 10_000), "token id"),
+    ("logits: int16 ids", lambda m, t: run.logits(m["gpt2"], m["task"].clean.short()), "int16"),
+    ("evaluate: empty batch", lambda m, t: run.evaluate(m["gpt2"], m["task"].clean[:0], [[]], lambda x: x.sum()), "empty"),
+    ("reference: empty rows", lambda m, t: run.reference(m["gpt2"], ["blocks.0.hook_z"], "mean", m["task"].clean[:0]),
+     "empty"),
+    ("patch: position past the prompt", lambda m, t: Patch("resid_pre", torch.zeros(4, 18, 32), pos=18, layer=0), "pos=18"),
+    ("train: zero rows", lambda m, t: _train(m, m["task"].clean[:0], None, t), "empty"),
+    ("train: no trainable position", lambda m, t: _train(m, m["task"].clean, False, t), "no trainable position"),
+    ("fit: zero rows", lambda m, t: features_train.fit(torch.zeros(0, 8), site_in="blocks.0.hook_resid_post"), "empty"),
+    ("fit: NaN activations", lambda m, t: features_train.fit(torch.full((4, 8), float("nan")), site_in="blocks.0.hook_resid_post"),
+     "NaN"),
+    ("attribute: an empty prompt", lambda m, t: features.attribute(m["gpt2"], "", [_dictionary(m, transcoder=True)]), "BOS"),
+    ("attribute: an empty tensor", lambda m, t: features.attribute(m["gpt2"], torch.zeros(0, dtype=torch.long),
+                                                                   [_dictionary(m, transcoder=True)]), "empty"),
+    ("circuit scores: no edges", lambda m, t: circuits.circuit_scores(m["gpt2"], m["task"], {"g": _edge_graph(m, "empty")},
+                                                                      progress=False), "no edges"),
+    ("circuit scores: NaN scores", lambda m, t: circuits.circuit_scores(m["gpt2"], m["task"], {"g": _edge_graph(m, "nan")},
+                                                                        progress=False), "NaN"),
+    ("feature edit: another width", lambda m, t: features.feature_edit(m["gpt2"], m["task"].clean, _dictionary(m, width=35),
+                                                                       [0]), "width 35"),
+    ("feature edit: position past the prompt", lambda m, t: features.feature_edit(
+        m["gpt2"], m["task"].clean, _dictionary(m), [0], positions=[40]), "position=40"),
+    ("generate: past the context", lambda m, t: steering.generate(m["gpt2"], "the cat", max_new_tokens=80), "n_ctx"),
+    ("doc: another study's JSON", lambda m, t: protocol.get("steering").write_doc(_json(t, {"study": "illusions"}), t / "d.md"),
+     "study illusions"),
+    ("doc: not JSON", lambda m, t: protocol.get("steering").write_doc(_json(t, "{bad"), t / "d.md"), "not JSON"),
 ]
+
+
+def _train(m, tokens, valid, out):
+    mask = torch.ones_like(tokens, dtype=torch.bool) if valid is None else torch.full_like(tokens, valid, dtype=torch.bool)
+    recipe = features_train.Recipe(n_features=8, k=2, tokens=40, rows=2)
+    return features_train.train(m["gpt2"], ["blocks.0.hook_resid_post"], tokens, mask, out, recipe=recipe, progress=False)
+
+
+def _dictionary(m, *, width=None, transcoder=False):
+    """A small dictionary of the English gpt2 (or of activations `width` wide, another model's)."""
+    site_in, site_out = ("blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out") if transcoder else ("blocks.0.hook_resid_post",) * 2
+    x = torch.randn(64, width or m["gpt2"].cfg.d_model, generator=torch.Generator().manual_seed(0))
+    return features_train.fit(x, x if transcoder else None, site_in=site_in, site_out=site_out,
+                              recipe=features_train.Recipe(n_features=8, k=2, tokens=64), batch=16)
+
+
+def _edge_graph(m, how):
+    g = circuits.eap(m["gpt2"], m["task"], progress=False).top(5)
+    if how == "empty":
+        return type(g)((), (), torch.zeros(0), g.meta)
+    return type(g)(g.senders, g.receivers, torch.full((len(g),), float("nan")), g.meta)
+
+
+def _json(tmp, content):
+    path = tmp / "study.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
 
 
 @pytest.mark.parametrize("case, call, named", CASES, ids=[c[0] for c in CASES])

@@ -47,6 +47,20 @@ from interp.tasks.base import Task
 
 __all__ = ["circuit_scores", "head_circuit_scores"]
 
+
+def _check_scores(name: str, scores: Tensor, what: str) -> None:
+    """InterpError unless a ranking has something to rank and every score is a finite number."""
+    if scores.numel() == 0:
+        raise InterpError(f"{name!r} has no {what}, so there is nothing to rank; pass a scored Graph "
+                          "(e.g. circuits.eap_ig(model, task))")
+    if scores.dtype.is_complex:
+        raise InterpError(f"{name!r} has complex scores; pass real ones (e.g. scores.real)")
+    bad = int((~torch.isfinite(scores.float())).sum())
+    if bad:
+        raise InterpError(f"{name!r} has {bad} NaN or infinite scores of {scores.numel()} {what}, which rank "
+                          "nowhere; pass finite scores (recompute them, or drop those edges)")
+
+
 def _faithful(r: Runner, values: Tensor, empty: float) -> Tensor:
     return (values - empty) / (r.clean - empty)
 
@@ -101,8 +115,9 @@ def circuit_scores(model, task: Task, graphs: Mapping[str, Graph], *, random: in
         raise InterpError("circuit_scores needs at least one named Graph, e.g. {'eap-ig': graph}")
     if isinstance(random, bool) or not isinstance(random, int) or random < 0:
         raise InterpError(f"random={random!r} must be an int >= 0 (seeded random rankings as the control)")
-    for g in graphs.values():
+    for name, g in graphs.items():
         check_graph(model, g)
+        _check_scores(name, g.scores, "edges")
     r = Runner(model, task, ablation, progress)
     total = int(len(r.s_idx))  # every edge of the model
     sizes = mib_sizes(total, fractions)
@@ -160,6 +175,7 @@ def head_circuit_scores(model, task: Task, rankings: Mapping[str, Tensor], *, ra
     for name, s in rankings.items():
         if tuple(torch.as_tensor(s).shape) != (L, H):  # cpu: a shape check
             raise InterpError(f"ranking {name!r} has shape {tuple(torch.as_tensor(s).shape)}; the model's heads are ({L}, {H})")  # cpu: a message
+        _check_scores(name, torch.as_tensor(s), "heads")  # cpu: a check
     r = Runner(model, task, ablation, progress)
     sizes = mib_sizes(L * H, fractions)
     empty = float(r.measure([r.keep_heads([(l, h) for l in range(L) for h in range(H)])])[0])

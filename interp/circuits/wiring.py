@@ -50,8 +50,8 @@ def check_task(model, task: Task) -> None:
     """InterpError unless `task` is a Task whose clean and corrupt token ids fit `model`."""
     if not isinstance(task, Task):
         raise InterpError(f"circuit discovery takes a Task (clean and corrupt tokens, answers), got {type(task).__name__}")
-    check_tokens(task.clean, "task.clean")
-    check_tokens(task.corrupt, "task.corrupt")
+    check_tokens(task.clean, "task.clean", model=model)
+    check_tokens(task.corrupt, "task.corrupt", model=model)
     if task.clean.shape != task.corrupt.shape:
         raise InterpError(f"clean {tuple(task.clean.shape)} and corrupt {tuple(task.corrupt.shape)} tokens must have one shape")
     top = int(max(task.clean.max(), task.corrupt.max()))

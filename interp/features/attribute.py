@@ -45,6 +45,7 @@ from interp import run
 from interp.circuits.eap import model_label
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
+from interp.features.sites import check_fits
 from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
 from interp.metrics import token_ids
 from interp.sites import check_hook_names, check_tokens, hook_name, layer_of
@@ -110,6 +111,7 @@ def _by_layer(model, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary
         if layer is None or layer_of(d.site_in) != layer:
             raise InterpError(f"{d!r}: a per-layer transcoder reads and writes inside one block (blocks.L....), "
                               f"e.g. blocks.L.ln2.hook_normalized -> blocks.L.hook_mlp_out")
+        check_fits(model, d)
         if layer in out:
             raise InterpError(f"two transcoders for layer {layer}: {out[layer]!r} and {d!r}; pass one per layer")
         out[layer] = d.to(model.cfg.device)
@@ -122,13 +124,21 @@ def _by_layer(model, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary
 
 
 def _prompt_tokens(model, prompt: str | Tensor) -> Tensor:
+    """[1, pos] token ids of one prompt that has a token besides BOS (the graph's target is the
+    logit after its last token, attributed to the tokens before it)."""
     if isinstance(prompt, str):
-        return model.to_tokens(prompt).to(model.cfg.device)
-    check_tokens(prompt, "prompt")
-    tokens = prompt if prompt.ndim == 2 else prompt[None]
-    if tokens.ndim != 2 or tokens.shape[0] != 1:
-        raise InterpError(f"an attribution graph is of one prompt: pass a string or token ids [pos] or [1, pos], got "
-                          f"shape {tuple(prompt.shape)}")
+        tokens = model.to_tokens(prompt, truncate=False)  # a prompt past the context is refused, not cut
+    else:
+        check_tokens(prompt, "prompt", model=model)
+        tokens = prompt if prompt.ndim == 2 else prompt[None]
+        if tokens.shape[0] != 1:
+            raise InterpError(f"an attribution graph is of one prompt: pass a string or token ids [pos] or [1, pos], got "
+                              f"shape {tuple(prompt.shape)}")
+    check_tokens(tokens, "prompt", model=model)
+    bos = getattr(getattr(model, "tokenizer", None), "bos_token_id", None)
+    if bos is not None and bool((tokens == bos).all()):
+        raise InterpError(f"prompt {prompt if isinstance(prompt, str) else tokens[0].tolist()!r} has no token besides "
+                          "BOS, so the graph would have nothing to attribute; pass a prompt of at least one word")
     return tokens.to(model.cfg.device)
 
 

@@ -31,15 +31,35 @@ from torch import Tensor
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.run import Variant, cache
+from interp.sites import check_position, check_tokens, kind_of
 from interp.storage import result
 
-__all__ = ["EDITS", "FeatureEdit", "TopExamples", "feature_acts", "feature_edit", "top_examples"]
+__all__ = ["EDITS", "FeatureEdit", "TopExamples", "check_fits", "feature_acts", "feature_edit", "top_examples"]
 
 EDITS = ("ablate", "patch", "steer")
 
 
+def _width(model, site: str) -> int | None:
+    """The width of `site`'s activation when the model's config says it (residual-width sites and
+    norm outputs), else None (checked when the activation arrives)."""
+    return model.cfg.d_model if kind_of(site) == "resid" or site.endswith("hook_normalized") else None
+
+
+def check_fits(model, dictionary: Dictionary) -> None:
+    """InterpError unless `dictionary` reads and writes the widths of `model`'s sites."""
+    if not isinstance(dictionary, Dictionary):
+        raise InterpError(f"dictionary is a {type(dictionary).__name__}; pass an interp.features.Dictionary")
+    for site, width, side in ((dictionary.site_in, dictionary.W_enc.shape[0], "reads"),
+                              (dictionary.site_out, dictionary.W_dec.shape[1], "writes")):
+        want = _width(model, site)
+        if want is not None and want != width:
+            raise InterpError(f"the dictionary {side} width {width} at {site}, but this model's activation there has "
+                              f"width {want}; pass a dictionary trained on this model")
+
+
 def feature_acts(model, tokens: Tensor, dictionary: Dictionary, interventions: Variant = ()) -> Tensor:
     """Feature activations [batch, pos, n_features] of `tokens` under `interventions`."""
+    check_fits(model, dictionary)
     _, acts = cache(model, tokens.to(model.cfg.device), [dictionary.site_in], interventions)
     return dictionary.encode(acts[dictionary.site_in].float())
 
@@ -103,6 +123,9 @@ class FeatureEdit:
         d = self.dictionary.to(act.device)
         idx = torch.tensor(self.features, device=d.W_enc.device)
         n_pos, shape, act = act.shape[1], act.shape, d.flat(act, "out")  # hook_z: [b, p, heads, d_head] -> [b, p, d]
+        if act.shape[-1] != d.W_dec.shape[1]:
+            raise InterpError(f"the activation at {site} has width {act.shape[-1]}, but the dictionary writes width "
+                              f"{d.W_dec.shape[1]}; pass a dictionary trained on this model")
         if self.mode == "steer":
             delta = torch.as_tensor(self.value, dtype=d.W_dec.dtype, device=act.device).expand(*act.shape[:2], len(self.features))
         else:
@@ -127,6 +150,12 @@ def feature_edit(model, tokens: Tensor, dictionary: Dictionary, features, mode: 
                  positions=None, interventions: Variant = ()) -> FeatureEdit:
     """A FeatureEdit for `tokens`: for a transcoder (ablate, patch) its site_in activations are
     recorded first, under `interventions` (the other edits this run applies upstream)."""
+    check_fits(model, dictionary)
+    check_tokens(tokens, model=model)
+    if positions is not None:
+        n_pos = tokens.shape[-1]
+        positions = [check_position(p, n_pos, "feature_edit position")
+                     for p in ([positions] if isinstance(positions, int) else positions)]
     inputs = None
     if dictionary.kind == "transcoder" and mode != "steer":
         _, acts = cache(model, tokens.to(model.cfg.device), [dictionary.site_in], interventions)

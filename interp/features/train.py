@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.run import cache
-from interp.sites import hook_name
+from interp.sites import check_tokens, hook_name
 from interp.storage import write_tensors_atomic
 from interp.memory import records_peak
 
@@ -211,8 +211,16 @@ def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: 
     forwards. Checkpoints to `out`/checkpoint.safetensors and resumes from it; the finished
     dictionaries are saved as `out`/<i>.safetensors (interp's result format) and returned."""
     pairs = _pairs(pairs)
-    if tokens.shape != valid.shape or tokens.ndim != 2:
-        raise InterpError(f"tokens {tuple(tokens.shape)} and valid {tuple(valid.shape)} must be the same [rows, pos]")
+    check_tokens(tokens, model=model)
+    if not isinstance(valid, Tensor) or valid.dtype != torch.bool or tokens.shape != valid.shape or tokens.ndim != 2:
+        raise InterpError(f"tokens {tuple(tokens.shape)} and valid {tuple(getattr(valid, 'shape', ()))} must be the same "
+                          "[rows, pos], valid a bool tensor (True: a position to train on)")
+    trainable = valid.sum(1)  # [rows]
+    if not bool((trainable > 0).any()):
+        raise InterpError(f"valid marks no trainable position in the {len(tokens)} token rows; pass rows with at least "
+                          "one True position (corpus.token_rows marks every position but BOS and padding)")
+    if not bool((trainable > 0).all()):  # a step of such rows alone would train on zero tokens (NaN losses)
+        tokens, valid = tokens[(trainable > 0).to(tokens.device)], valid[trainable > 0]
     out = Path(out)
     names = list(dict.fromkeys(n for p in pairs for n in p))
     ckpt = out / "checkpoint.safetensors"
@@ -285,6 +293,18 @@ def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Re
     y = x if y is None else y
     if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
         raise InterpError(f"fit needs x [tokens, d_in] and y [tokens, d_out] of equal length; got {tuple(x.shape)}, {tuple(y.shape)}")
+    for name, t in (("x", x), ("y", y)):
+        if not t.dtype.is_floating_point:
+            raise InterpError(f"fit's {name} has dtype {t.dtype}; activations must be floats: pass {name}.float()")
+        if t.numel() == 0:
+            raise InterpError(f"fit's {name} is empty, shape {tuple(t.shape)}; pass at least one token's activation")
+        if not bool(torch.isfinite(t).all()):
+            raise InterpError(f"fit's {name} holds NaN or infinite values; pass finite activations (drop those rows)")
+        if not bool((t != t[:1]).any()):
+            raise InterpError(f"fit's {name} is the same in all {len(t)} rows (no variance to explain); pass the "
+                              "activations of many tokens")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise InterpError(f"batch={batch!r} must be an int >= 1")
     gen = torch.Generator().manual_seed(recipe.seed)
     s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
     s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()

@@ -19,6 +19,7 @@ from interp.model.resuming import cached_keys_values, can_resume, kv_cache_kwarg
 from interp.run.hf_hooks import forward
 from interp.run.planner import forward_cost, plan_forwards, start_of, variants_that_fit
 from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, input_device, split_items, spread
+from interp.sites import check_tokens
 
 __all__ = ["evaluate", "scalar"]
 
@@ -130,6 +131,7 @@ def evaluate(
     vocabulary that is a large part of every forward's work.
     An empty variant is the base run. See the module docstring for how forwards are shared.
     """
+    check_tokens(tokens, model=model)
     if tokens.ndim != 2:
         raise InterpError(f"tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     tokens = tokens.to(input_device(model))

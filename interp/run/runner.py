@@ -174,7 +174,7 @@ def input_device(model) -> torch.device:
 
 def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
     """Logits [batch, pos, d_vocab] of one forward on `tokens` under `interventions` (no grad)."""
-    check_tokens(tokens)
+    check_tokens(tokens, model=model)
     with torch.no_grad(), intervened(model, interventions):
         return model(tokens.to(input_device(model)))
 
@@ -207,7 +207,7 @@ def cache(model, tokens: Tensor, names: Sequence[str], interventions: Variant = 
 
         return hook_fn
 
-    check_tokens(tokens)
+    check_tokens(tokens, model=model)
     tokens = tokens.to(input_device(model))
     answer_pos = checked_answer_pos(tokens, answer_pos)
     fwd = [(n, keep(n)) for n in names]
@@ -232,7 +232,7 @@ def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Varian
 
         return hook_fn
 
-    check_tokens(tokens)
+    check_tokens(tokens, model=model)
     tokens = tokens.to(input_device(model))
     answer_pos = checked_answer_pos(tokens, answer_pos)
     fwd = [(n, keep(n)) for n in names]
@@ -267,6 +267,7 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
         return {n: Reference("zero", torch.zeros(())) for n in names}  # cpu: a 0-dim zero meets any device
     if tokens is None:
         raise InterpError(f"{ablation} ablation needs reference token rows [batch, pos] (e.g. task.clean)")
+    check_tokens(tokens, "reference tokens", model=model)
     if tokens.ndim != 2:
         raise InterpError(f"reference tokens must be [batch, pos], got shape {tuple(tokens.shape)}")
     parts: dict[str, list[Tensor]] = {n: [] for n in names}

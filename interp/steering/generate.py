@@ -60,7 +60,7 @@ def encode(model, prompts: str | Sequence[str]) -> tuple[Int[Tensor, "batch pos"
         prompts = [prompts]
     if not prompts:
         raise InterpError("no prompts given")
-    rows = [model.to_tokens(p, move_to_device=False)[0] for p in prompts]
+    rows = [model.to_tokens(p, move_to_device=False, truncate=False)[0] for p in prompts]  # too long: refused by generate
     width = max(len(r) for r in rows)
     tokens = torch.full((len(rows), width), _pad_id(model), dtype=torch.long)  # cpu: prompts; moved at generation
     mask = torch.zeros(len(rows), width, dtype=torch.long)  # cpu: prompts; moved at generation
@@ -150,6 +150,10 @@ def generate(
     dev = _device(model)
     tokens, mask, _ = encode(model, prompts)
     (batch, width), prompt_len = tokens.shape, mask.sum(-1)
+    if model.cfg.n_ctx and width + max_new_tokens - 1 > model.cfg.n_ctx:  # the last forward reads that many positions
+        raise InterpError(f"a prompt of {width} tokens and max_new_tokens={max_new_tokens} run past the model's context "
+                          f"(n_ctx={model.cfg.n_ctx}); pass at most {max(0, model.cfg.n_ctx + 1 - width)} new tokens "
+                          "or a shorter prompt")
     generator = torch.Generator(device=dev).manual_seed(seed)
     eos, pad = _eos_id(model) if stop_at_eos else None, _pad_id(model)
     record = record and bool(steers)

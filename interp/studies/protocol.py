@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "add_departures", "get", "problems", "require_clean"]
+__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "add_departures", "get", "problems", "require_clean", "study_json"]
 
 # repro's parameters, in order, each with a default (so `repro()` runs the quick budget)
 REPRO_PARAMETERS = ("progress", "models", "budget", "overrides", "units")
@@ -71,6 +71,7 @@ class Entry:
 
         module = self.load()
         result = module.repro(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
+        result.setdefault("study", self.NAME)  # whose JSON this is: `write_doc` refuses another study's
         entries = ledger(self.NAME, result)
         if entries:
             result[LEDGER_KEY] = entries
@@ -82,15 +83,44 @@ class Entry:
         (refused for a JSON made from a tree with uncommitted changes: `require_clean`)."""
         module, _, name = self.doc.partition(":")
         given: dict[str, Any] = {"json": Path(json_path), "doc": Path(doc_path)}
-        data = json.loads(Path(json_path).read_text())
+        data = study_json(json_path, self.NAME)
         require_clean(data, json_path)
         if "result" in self.order:
             given["result"] = data
         from interp.studies.docs import write_common
 
-        out = Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+        try:
+            out = Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+        except (KeyError, IndexError, TypeError, AttributeError) as err:  # a JSON of another shape than this study's
+            raise InterpError(f"{json_path}: the {self.NAME} doc needs a field this JSON lacks or holds otherwise "
+                              f"({type(err).__name__}: {err}); give the JSON `interp repro {self.NAME} --out` wrote") from err
         write_common(doc_path, data)
         return out
+
+
+def study_json(json_path: str | Path, study: str) -> dict[str, Any]:
+    """The study JSON at `json_path`, refused (InterpError) when it is not JSON, not an object, or
+    names another study: its "study" field, else the study of the paper claims its verdicts name."""
+    from interp.studies.claims import CLAIMS
+    from interp.studies.verdicts import dicts_in
+
+    try:
+        data = json.loads(Path(json_path).read_text())
+    except (OSError, UnicodeDecodeError) as err:
+        raise InterpError(f"{json_path}: cannot read it ({err}); give the JSON `interp repro {study} --out` wrote") from err
+    except json.JSONDecodeError as err:
+        raise InterpError(f"{json_path} is not JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+                          f"give the JSON `interp repro {study} --out` wrote") from err
+    if not isinstance(data, dict):
+        raise InterpError(f"{json_path} holds a JSON {type(data).__name__}, not a study's object; "
+                          f"give the JSON `interp repro {study} --out` wrote")
+    owner = {c.id: c.study for c in CLAIMS}
+    named = {data["study"]} if isinstance(data.get("study"), str) else {
+        owner[d["claim_id"]] for _, d in dicts_in(data) if owner.get(d.get("claim_id")) is not None}
+    if named and study not in named:
+        raise InterpError(f"{json_path} is the JSON of study {', '.join(sorted(named))}, not {study}; "
+                          f"use `interp doc {sorted(named)[0]}`, or give {study}'s JSON")
+    return data
 
 
 DEPARTURE_KEYS = ("what", "ours", "paper", "why")
