@@ -23,7 +23,7 @@ import torch
 import interp
 from interp.features import suite as suites
 from interp.features.corpus import token_rows
-from interp.features.train import train
+from interp.features.train import train_dictionaries
 
 
 def measure(name: str, steps: int) -> dict:
@@ -38,7 +38,7 @@ def measure(name: str, steps: int) -> dict:
     small = replace(recipe, tokens=steps * per_step, checkpoint_every=10**6)
     with tempfile.TemporaryDirectory() as out:
         t0 = time.perf_counter()
-        d = next(iter(train(model, s.pairs(), rows, valid, out, recipe=small, progress=False).values()))
+        d = next(iter(train_dictionaries(model, s.pairs(), rows, valid, out, recipe=small, progress=False).values()))
         wall = time.perf_counter() - t0
     meta = d.meta
     return {"model": s.model, "dictionaries": len(s.pairs()), "n_features": recipe.n_features, "k": recipe.k,

@@ -186,7 +186,7 @@ def device_map_auto(spec: str, dtype: str, n: int) -> dict:
 def entry_points(model, task) -> dict:
     """name -> a call of one public entry point on `model` (the calls of tests/test_device_lane.py);
     each returns a few numbers that say it computed something finite."""
-    from interp.features import attribute, train
+    from interp.features import attribute, train_dictionaries
     from interp.features.train import Recipe, fit
 
     def finite(t) -> dict:
@@ -205,7 +205,7 @@ def entry_points(model, task) -> dict:
         sae = fit(x, site_in=site, recipe=Recipe(n_features=32, k=4, tokens=2048, seed=0))
         pairs = [(f"blocks.{l}.ln2.hook_normalized", f"blocks.{l}.hook_mlp_out") for l in range(model.cfg.n_layers)]
         with tempfile.TemporaryDirectory() as tmp:
-            tcs = train(model, pairs, task.clean, task.clean != 0, tmp, progress=False,
+            tcs = train_dictionaries(model, pairs, task.clean, task.clean != 0, tmp, progress=False,
                         recipe=Recipe(n_features=32, k=4, tokens=512, rows=4, seed=0, checkpoint_every=2))
             graph = attribute(model, "the keys to the cabinet", list(tcs.values()), progress=False, max_feature_nodes=20)
         return {**finite(graph.adjacency), "sae": finite(sae(x))}

@@ -223,7 +223,7 @@ def work(case: dict, model):
         pairs = list(zip(s, r))[::step][: case["edges"]]
         return lambda: exact(model, task, pairs, progress=False), f"{len(pairs)} of {len(s)} edges"
     if m == "dict_train":
-        from interp.features.train import Recipe, mlp_sites, train
+        from interp.features.train import Recipe, mlp_sites, train_dictionaries
 
         g = torch.Generator().manual_seed(0)
         rows = torch.randint(5, model.cfg.d_vocab, (64, case["positions"]), generator=g)
@@ -233,7 +233,7 @@ def work(case: dict, model):
                         checkpoint_every=10**6)
         tmp = tempfile.mkdtemp(prefix="memory-bench-")
         pairs = [mlp_sites(l) for l in range(model.cfg.n_layers)]
-        return (lambda: train(model, pairs, rows, valid, tmp, recipe=recipe, progress=False),
+        return (lambda: train_dictionaries(model, pairs, rows, valid, tmp, recipe=recipe, progress=False),
                 f"{len(pairs)} transcoders x 1024 features, 10 steps of {case['prompts']} rows")
     if m == "graph":
         from interp import run

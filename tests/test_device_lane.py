@@ -9,7 +9,7 @@ import torch
 import interp
 from interp import circuits, masking, patching, run, simplify
 from interp import steering as st
-from interp.features import attribute, train
+from interp.features import attribute, train_dictionaries
 from interp.features.train import Recipe, fit
 
 FAMILIES = ["lm-llama", "lm-gpt2"]
@@ -119,7 +119,7 @@ def test_dictionaries_and_attribution_graph(device, models, cpu_models, task, tm
     assert sae.W_enc.device.type == "cpu" and sae.meta["peak_memory"]["device"].startswith(device)
     assert torch.isfinite(sae(x.cpu())).all() and torch.isfinite(sae(x)).all()  # follows its input's device
     pairs = [(f"blocks.{l}.ln2.hook_normalized", f"blocks.{l}.hook_mlp_out") for l in range(model.cfg.n_layers)]
-    tcs = train(model, pairs, task.clean, task.clean != 0, tmp_path / "tc", progress=False,
+    tcs = train_dictionaries(model, pairs, task.clean, task.clean != 0, tmp_path / "tc", progress=False,
                 recipe=Recipe(n_features=32, k=4, tokens=512, rows=4, seed=0, checkpoint_every=2))
     graph = attribute(model, "the keys to the cabinet", list(tcs.values()), progress=False, max_feature_nodes=20)
     assert graph.meta["peak_memory"]["bytes"] > 0 and torch.isfinite(graph.adjacency).all()

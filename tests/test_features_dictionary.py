@@ -14,7 +14,7 @@ from interp.errors import InterpError
 from interp.features import Dictionary, load_saelens, save_saelens
 from interp.features.corpus import token_rows
 from interp.features.quality import scores
-from interp.features.train import Recipe, fit, from_checkpoint, mlp_sites, train
+from interp.features.train import Recipe, fit, from_checkpoint, mlp_sites, train_dictionaries
 
 
 def _planted(seed=0, d=32, n_true=48, n=20000):
@@ -41,6 +41,22 @@ def test_sae_recovers_planted_directions():
     fve = 1 - (x - d(x)).pow(2).sum() / (x - x.mean(0)).pow(2).sum()
     assert fve > 0.85
     assert 2 <= (d.encode(x) > 0).sum(1).float().mean() <= 4.5  # L0 near k at inference (JumpReLU threshold)
+    h = d.meta["history"]  # per checkpoint_every (50) steps: the means of loss, aux, L0 and dead fraction
+    assert [r["step"] for r in h] == [50 * (i + 1) for i in range(len(h) - 1)] + [d.meta["steps"]]
+    assert h[-1]["nmse"] < h[0]["nmse"] and all(0 <= r["dead"] <= 1 and r["l0"] <= 3 for r in h)
+
+
+def test_the_api_a_user_expects():
+    """interp.features exports Recipe, fit, scores and train_dictionaries; `train` is the module
+    (its Recipe reachable), and calling it (the old function) still works, with a DeprecationWarning."""
+    import interp.features as F
+    from interp.features import train
+
+    assert train.Recipe is F.Recipe is Recipe and F.fit is fit and F.scores is scores
+    assert F.train_dictionaries is train_dictionaries and isinstance(train.CODE_VERSION, str)
+    for call in (train, train.train):
+        with pytest.warns(DeprecationWarning, match="train_dictionaries"), pytest.raises(InterpError, match="at least one site"):
+            call(None, [], torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.bool), "unused")
 
 
 def test_fit_checks_shapes():
@@ -61,7 +77,7 @@ QUICK = Recipe(n_features=256, k=8, lr=3e-3, tokens=12_000, rows=16, dead_after=
 def test_zoo_transcoder_quick_budget(zoo, tmp_path):
     rows, valid = token_rows(zoo, "zoo", max_rows=2000, seed=1)
     pair = mlp_sites(0)
-    d = train(zoo, [pair], rows, valid, tmp_path, recipe=QUICK, model_name="zoo:lm-gpt2", progress=False)[pair]
+    d = train_dictionaries(zoo, [pair], rows, valid, tmp_path, recipe=QUICK, model_name="zoo:lm-gpt2", progress=False)[pair]
     assert d.kind == "transcoder" and d.site_in == "blocks.0.ln2.hook_normalized"
     held, held_valid = token_rows(zoo, "zoo", max_rows=64, seed=99)
     s, = scores(zoo, [d], held, held_valid)
@@ -69,22 +85,44 @@ def test_zoo_transcoder_quick_budget(zoo, tmp_path):
     assert s["ce_spliced"] < s["ce_zero"] and s["ce_recovered"] > 0.5, s  # the splice beats ablating the MLP
     assert s["l0"] < 3 * QUICK.k and 0 <= s["dead"] < 1
     assert Dictionary.load(tmp_path / "0.safetensors").W_enc.equal(d.W_enc)  # saved in interp's format
+    assert Dictionary.load(tmp_path / "0.safetensors").meta["history"] == d.meta["history"] != []
+    quick, = scores(zoo, [d], held, held_valid, ce=False)  # without the spliced runs
+    assert quick == {k: v for k, v in s.items() if not k.startswith("ce_")}
 
 
-def test_training_resumes_to_the_same_weights(zoo, tmp_path):
+def test_training_resumes_to_the_same_weights(zoo, tmp_path, monkeypatch):
+    """A run stopped halfway and resumed ends as the uninterrupted run, history included; a
+    finished run is not reused for other tokens of the same shape, another recipe or changed code."""
+    import interp.features.train as training
+
     rows, valid = token_rows(zoo, "zoo", max_rows=600, seed=1)
     site = "blocks.1.hook_resid_post"
     small = Recipe(n_features=64, k=4, tokens=2000, rows=32, checkpoint_every=2)
-    whole = train(zoo, [site], rows, valid, tmp_path / "a", recipe=small, progress=False)[(site, site)]
+    run = lambda out, recipe, rows=rows: train_dictionaries(zoo, [site], rows, valid, tmp_path / out, recipe=recipe,  # noqa: E731
+                                                            progress=False)
+    whole = run("a", small)[(site, site)]
     half = Recipe(**{**small.__dict__, "tokens": 1000})
-    train(zoo, [site], rows, valid, tmp_path / "b", recipe=half, progress=False)
-    resumed = train(zoo, [site], rows, valid, tmp_path / "b", recipe=small, progress=False)[(site, site)]
+    stop = run("b", half)[(site, site)].meta["steps"]
+    resumed = run("b", small)[(site, site)]
     assert resumed.meta["steps"] == whole.meta["steps"]
     torch.testing.assert_close(resumed.W_dec, whole.W_dec)
     torch.testing.assert_close(resumed.threshold, whole.threshold)
-    torch.testing.assert_close(from_checkpoint(tmp_path / "b")[(site, site)].W_enc, whole.W_enc)
+    # the history: one row per checkpoint_every (2) steps and one where each run stopped
+    h, hr = whole.meta["history"], resumed.meta["history"]
+    assert [r["step"] for r in h] == sorted({*range(2, whole.meta["steps"], 2), whole.meta["steps"]})
+    assert [r["step"] for r in hr] == sorted({r["step"] for r in h} | {stop}) and hr[0] == h[0] and hr[-1] == h[-1]
+    back = from_checkpoint(tmp_path / "b")[(site, site)]
+    torch.testing.assert_close(back.W_enc, whole.W_enc)
+    assert back.meta["history"] == hr
     with pytest.raises(InterpError, match="another run"):
-        train(zoo, [site], rows, valid, tmp_path / "b", recipe=Recipe(**{**small.__dict__, "k": 5}), progress=False)
+        run("b", Recipe(**{**small.__dict__, "k": 5}))
+    other = rows.clone()
+    other[valid] = rows[valid].roll(1)  # the same shape, other tokens
+    with pytest.raises(InterpError, match="tokens"):
+        run("b", small, other)
+    monkeypatch.setattr(training, "CODE_VERSION", "changed")
+    with pytest.raises(InterpError, match="changed"):
+        run("b", small)
 
 
 def _random_dictionary(site_in, site_out, d_in=8, d_out=8, n=16, threshold=True, seed=0):

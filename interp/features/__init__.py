@@ -12,12 +12,15 @@ from interp.features.neuronpedia import from_neuronpedia, to_neuronpedia, write_
 
 __all__ += ["AttributionGraph", "attribute", "from_neuronpedia", "replacement_logits", "to_neuronpedia", "write_neuronpedia"]
 
-# dictionaries: training, SAELens files, features as sites (issue 28, items 1-2); Recipe, quality
-# scores and TopExamples live in interp.features.train / .quality / .sites
+# dictionaries: training, SAELens files, features as sites (issue 28, items 1-2; issue 38, item 5).
+# `train` is the module interp.features.train (so interp.features.train.Recipe works); the
+# function is train_dictionaries (calling the module still runs it, with a DeprecationWarning).
+from interp.features import train  # noqa: E402
+from interp.features.quality import scores  # noqa: E402
 from interp.features.saelens import load_saelens, save_saelens  # noqa: E402
 from interp.features.sites import FeatureEdit, feature_acts, feature_edit, top_examples  # noqa: E402
 from interp.features.suite import load_dictionaries  # noqa: E402
-from interp.features.train import train  # noqa: E402
+from interp.features.train import Recipe, fit, train_dictionaries  # noqa: E402
 
-__all__ += ["FeatureEdit", "feature_acts", "feature_edit", "load_dictionaries", "load_saelens", "save_saelens",
-            "top_examples", "train"]
+__all__ += ["FeatureEdit", "Recipe", "feature_acts", "feature_edit", "fit", "load_dictionaries", "load_saelens",
+            "save_saelens", "scores", "top_examples", "train", "train_dictionaries"]

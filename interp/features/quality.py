@@ -18,6 +18,8 @@ Every replacement acts on the trainable positions only (not BOS, not padding), t
 dictionary was trained on; BOS keeps its own activation in all four runs. The spliced run reads
 the site's input from the clean run: splicing one layer does not change that layer's input.
 Everything runs through `interp.run` (`cache` for the activations, `Patch` for the splices).
+`scores(..., ce=False)` skips the three spliced runs per dictionary (and the ce_* numbers): FVE, L0
+and dead from the clean forwards alone.
 """
 
 from __future__ import annotations
@@ -47,10 +49,11 @@ def ce_loss(logits_: Tensor, tokens: Tensor, valid: Tensor) -> float:
 
 def scores(model, dictionaries: Sequence[Dictionary], tokens: Tensor, valid: Tensor, *,
            rows_per_forward: int = 16, progress: bool = False, fit_tokens: Tensor | None = None,
-           fit_valid: Tensor | None = None) -> list[dict[str, float]]:
+           fit_valid: Tensor | None = None, ce: bool = True) -> list[dict[str, float]]:
     """The numbers above for each of `dictionaries` on `tokens` [rows, pos] (trainable where
     `valid`). One clean forward per chunk of rows serves every dictionary; the three replaced runs
-    of each dictionary run side by side through `interp.run.evaluate` (resumed at its layer)."""
+    of each dictionary run side by side through `interp.run.evaluate` (resumed at its layer);
+    `ce=False` leaves them (and the ce_* numbers) out."""
     if tokens.shape != valid.shape or tokens.ndim != 2:
         raise InterpError(f"tokens {tuple(tokens.shape)} and valid {tuple(valid.shape)} must be the same [rows, pos]")
     if not int(valid.sum()):
@@ -74,7 +77,7 @@ def scores(model, dictionaries: Sequence[Dictionary], tokens: Tensor, valid: Ten
         fit = {n: torch.cat(a) for n, a in fit.items()}
     out = []
     for d in tqdm(dictionaries, desc="scoring", disable=not progress):
-        row = _one(model, d, chunks, progress)
+        row = _one(model, d, chunks, ce)
         if fit is not None:
             x = torch.cat([a[d.site_in][v] for _, v, _, a in chunks])
             y = torch.cat([a[d.site_out][v] for _, v, _, a in chunks])
@@ -100,7 +103,7 @@ def _control_fve(d: Dictionary, x_fit: Tensor, y_fit: Tensor, x: Tensor, y: Tens
     return _fve(y, mean + ((y - mean) @ basis) @ basis.T)
 
 
-def _one(model, d: Dictionary, chunks, progress: bool) -> dict[str, float]:
+def _one(model, d: Dictionary, chunks, with_ce: bool) -> dict[str, float]:
     n = sum(int(v.sum()) for _, v, _, _ in chunks)
     ys = torch.cat([a[d.site_out][v] for _, v, _, a in chunks])  # [tokens, d_out]
     mean = ys.mean(0)
@@ -114,6 +117,8 @@ def _one(model, d: Dictionary, chunks, progress: bool) -> dict[str, float]:
         err += float((y - y_hat)[v].pow(2).sum())
         l0 += float((f[v] > 0).sum())
         fired |= (f[v] > 0).any(0)
+        if not with_ce:
+            continue
         keep = v[..., None]
         sources = [torch.where(keep, new, y).to(model.cfg.dtype).to(model.cfg.device)
                    for new in (y_hat, torch.zeros_like(y), mean.expand_as(y))]
@@ -125,13 +130,9 @@ def _one(model, d: Dictionary, chunks, progress: bool) -> dict[str, float]:
         ce["ce_clean"] += clean * w
         for key, value in zip(("ce_spliced", "ce_zero", "ce_mean"), out.tolist()):
             ce[key] += value * w
-    ce = {k: v / weight for k, v in ce.items()}
-    return {
-        "fve": 1 - err / float((ys - mean).pow(2).sum()),
-        "l0": l0 / n,
-        "dead": float((~fired).float().mean()),
-        **ce,
-        "ce_recovered": (ce["ce_zero"] - ce["ce_spliced"]) / (ce["ce_zero"] - ce["ce_clean"]),
-        "ce_recovered_mean": (ce["ce_mean"] - ce["ce_spliced"]) / (ce["ce_mean"] - ce["ce_clean"]),
-        "tokens": n,
-    }
+    row = {"fve": 1 - err / float((ys - mean).pow(2).sum()), "l0": l0 / n, "dead": float((~fired).float().mean())}
+    if with_ce:
+        ce = {k: v / weight for k, v in ce.items()}
+        row.update(ce, ce_recovered=(ce["ce_zero"] - ce["ce_spliced"]) / (ce["ce_zero"] - ce["ce_clean"]),
+                   ce_recovered_mean=(ce["ce_mean"] - ce["ce_spliced"]) / (ce["ce_mean"] - ce["ce_clean"]))
+    return {**row, "tokens": n}

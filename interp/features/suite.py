@@ -27,7 +27,7 @@ import torch
 from interp.errors import InterpError
 from interp.features.corpus import describe, token_rows
 from interp.features.dictionary import Dictionary
-from interp.features.train import Recipe, from_checkpoint, mlp_sites, train
+from interp.features.train import Recipe, from_checkpoint, mlp_sites, train_dictionaries
 from interp.storage import cache_dir, write_text_atomic
 
 __all__ = ["SUITES", "Suite", "folder", "load_dictionaries", "score", "train_suite"]
@@ -95,7 +95,7 @@ def train_suite(name: str, budget: str = "cpu", *, progress: bool = True) -> dic
     suite, recipe = _suite(name, budget)
     model = interp.load(suite.model)
     rows, valid, _, _ = _data(model, suite)
-    return train(model, suite.pairs(), rows, valid, folder(name, budget), recipe=recipe, model_name=suite.model,
+    return train_dictionaries(model, suite.pairs(), rows, valid, folder(name, budget), recipe=recipe, model_name=suite.model,
                  source=describe(suite.source), progress=progress)
 
 

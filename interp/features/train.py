@@ -23,13 +23,27 @@ Many dictionaries train at once from one model forward per step (all 30 layers o
 one pass); activations come through `interp.run.cache`. Each step is one forward's trainable
 tokens (`corpus.token_rows`: not BOS, not padding), rows drawn in a seeded order, epoch after
 epoch. A checkpoint (one safetensors file: weights, Adam state, counters; the recipe in its
-metadata) is written atomically every `checkpoint_every` steps, and `train` resumes from it.
+metadata) is written atomically every `checkpoint_every` steps, and `train_dictionaries` resumes
+from it when the run is the same: recipe (but the token budget), sites, model, a digest of the
+tokens and of `valid`, and the trainer's code version (`CODE_VERSION`, a digest of the code that
+sets the weights: the step and the data order). The training history (per `checkpoint_every`
+steps: mean loss, aux loss, L0 and dead fraction) travels in the checkpoint and lands in each
+dictionary's `meta["history"]`.
+
+`train_dictionaries` was called `train` before; `interp.features.train` is this module (so
+`interp.features.train.Recipe` works), and calling the module or `train.train` still runs
+`train_dictionaries`, with a DeprecationWarning.
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
+import sys
 import time
+import types
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
@@ -46,7 +60,7 @@ from interp.sites import check_tokens, hook_name
 from interp.storage import write_tensors_atomic
 from interp.memory import records_peak
 
-__all__ = ["Recipe", "fit", "from_checkpoint", "mlp_sites", "train"]
+__all__ = ["CODE_VERSION", "Recipe", "fit", "from_checkpoint", "mlp_sites", "train_dictionaries"]
 
 
 @dataclass(frozen=True)
@@ -174,6 +188,31 @@ class _Trainee:
                 model=model_name, meta=meta)
 
 
+class _History:
+    """Each dictionary's training history: per interval of steps, the mean of its step stats."""
+
+    KEYS = ("nmse", "aux", "l0", "dead")
+
+    def __init__(self, n: int, rows: list[list[dict]] | None = None):
+        self.rows = rows if rows is not None else [[] for _ in range(n)]
+        self.sums = [dict.fromkeys(self.KEYS, 0.0) for _ in range(n)]
+        self.steps = 0
+
+    def add(self, stats: list[dict[str, float]]) -> None:
+        for acc, st in zip(self.sums, stats):
+            for k in self.KEYS:
+                acc[k] += st[k]
+        self.steps += 1
+
+    def close(self, step: int, tokens: int) -> None:
+        """End the interval at `step` (`tokens` seen so far), if it holds a step."""
+        if self.steps:
+            for rows, acc in zip(self.rows, self.sums):
+                rows.append({"step": step, "tokens": tokens, **{k: round(v / self.steps, 6) for k, v in acc.items()}})
+            self.sums = [dict.fromkeys(self.KEYS, 0.0) for _ in self.sums]
+            self.steps = 0
+
+
 def _pairs(pairs: Sequence[tuple[str, str] | str]) -> list[tuple[str, str]]:
     out = []
     for p in pairs:
@@ -202,14 +241,31 @@ def _rows_of_step(step: int, n_rows: int, recipe: Recipe) -> Tensor:
     return _order(n_rows, recipe.seed, epoch)[i * recipe.rows : (i + 1) * recipe.rows]
 
 
+def _digest(*tensors: Tensor) -> str:
+    """sha256 (first 16 hex) of the tensors' shapes, dtypes and values."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{tuple(t.shape)} {t.dtype};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype != torch.bool else t.numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+# the trainer's code version: a digest of the code that decides the weights (the step, its data
+# order and activations), so a checkpoint is not resumed by changed training code
+CODE_VERSION = hashlib.sha256("".join(inspect.getsource(f) for f in (_Trainee, _batch, _order, _rows_of_step))
+                              .encode()).hexdigest()[:12]
+
+
 @records_peak
-def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: Tensor, out: str | Path, *,
+def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: Tensor, out: str | Path, *,
           recipe: Recipe = Recipe(), model_name: str = "", source: dict | None = None,
           progress: bool = True) -> dict[tuple[str, str], Dictionary]:
     """Train one dictionary per entry of `pairs` (a site: an SAE; (site_in, site_out): a
     transcoder) on `tokens` [rows, pos] (positions where `valid` is True), all from the same
-    forwards. Checkpoints to `out`/checkpoint.safetensors and resumes from it; the finished
-    dictionaries are saved as `out`/<i>.safetensors (interp's result format) and returned."""
+    forwards. Checkpoints to `out`/checkpoint.safetensors and resumes from it (the same run only:
+    see the module docstring); the finished dictionaries, their training history in
+    meta["history"], are saved as `out`/<i>.safetensors (interp's result format) and returned."""
     pairs = _pairs(pairs)
     check_tokens(tokens, model=model)
     if not isinstance(valid, Tensor) or valid.dtype != torch.bool or tokens.shape != valid.shape or tokens.ndim != 2:
@@ -225,8 +281,9 @@ def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: 
     names = list(dict.fromkeys(n for p in pairs for n in p))
     ckpt = out / "checkpoint.safetensors"
     # what must match to resume: everything but the token budget (a finished run can be extended)
-    identity = json.dumps({"recipe": {**asdict(recipe), "tokens": None}, "pairs": pairs, "model": model_name, "rows": list(tokens.shape),
-                           "source": source or {}}, sort_keys=True)
+    base = {"recipe": {**asdict(recipe), "tokens": None}, "pairs": pairs, "model": model_name, "rows": list(tokens.shape),
+            "source": source or {}}
+    identity = json.dumps({**base, "tokens_digest": _digest(tokens, valid), "code": CODE_VERSION}, sort_keys=True)
     gen = torch.Generator().manual_seed(recipe.seed)
     step, seen, seconds, forward_s = 0, 0, 0.0, 0.0
     t0 = time.perf_counter()
@@ -242,15 +299,18 @@ def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: 
     if ckpt.exists():
         with safe_open(str(ckpt), "pt") as fh:
             meta = fh.metadata()
-            if meta.get("identity") != identity:
-                raise InterpError(f"{ckpt} was written by another run (recipe, sites, model or data differ); "
-                                  "use another output folder or delete it")
+            if meta.get("identity") == json.dumps(base, sort_keys=True):  # written before digests: accepted, noted
+                warnings.warn(f"{ckpt} predates token digests and code versions; resuming it as the same run",
+                              stacklevel=2)
+            elif meta.get("identity") != identity:
+                raise InterpError(f"{ckpt} was written by another run (recipe, sites, model, tokens or trainer code "
+                                  f"{CODE_VERSION} differ); use another output folder or delete it")
             saved = {k: fh.get_tensor(k) for k in fh.keys()}
         for i, t in enumerate(trainees):
             t.restore(i, saved)
         step, seen = int(meta["step"]), int(meta["tokens"])
         seconds, forward_s = float(meta["seconds"]), float(meta["forward_seconds"])
-    history: list[dict] = []
+    history = _History(len(pairs), json.loads(meta.get("history", "null")) if ckpt.exists() else None)
     bar = tqdm(total=recipe.tokens, initial=min(seen, recipe.tokens), desc="dictionary tokens", unit="tok",
                disable=not progress)
     while seen < recipe.tokens:
@@ -259,6 +319,7 @@ def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: 
         acts = first if step == 0 else _batch(model, tokens[idx], valid[idx], names)
         t1 = time.perf_counter()
         stats = [t.step(acts[a], acts[b], recipe, first=step == 0) for t, (a, b) in zip(trainees, pairs)]
+        history.add(stats)
         n_tok = next(iter(acts.values())).shape[0]
         step, seen = step + 1, seen + n_tok
         seconds += time.perf_counter() - t0
@@ -268,16 +329,17 @@ def train(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: 
         bar.set_postfix(nmse=f"{sum(s['nmse'] for s in stats) / len(stats):.3f}",
                         l0=f"{sum(s['l0'] for s in stats) / len(stats):.0f}")
         if step % recipe.checkpoint_every == 0 or seen >= recipe.tokens:
-            history.append({"step": step, "tokens": seen, "stats": stats})
+            history.close(step, seen)
             tensors = {k: v for i, t in enumerate(trainees) for k, v in t.state(i).items()}
             write_tensors_atomic(ckpt, {k: v.contiguous() for k, v in tensors.items()}, {
                 "identity": identity, "step": str(step), "tokens": str(seen), "seconds": str(seconds),
-                "forward_seconds": str(forward_s)})
+                "forward_seconds": str(forward_s), "history": json.dumps(history.rows)})
     bar.close()
     result = {}
     for i, (t, pair) in enumerate(zip(trainees, pairs)):
-        meta = {"trainer": "interp BatchTopK", "recipe": asdict(recipe), "tokens": seen, "steps": step,
-                "seconds": round(seconds, 1), "forward_seconds": round(forward_s, 1), "source": source or {}}
+        meta = {"trainer": "interp BatchTopK", "code": CODE_VERSION, "recipe": asdict(recipe), "tokens": seen,
+                "steps": step, "seconds": round(seconds, 1), "forward_seconds": round(forward_s, 1),
+                "source": source or {}, "history": history.rows[i]}
         d = t.dictionary(*pair, model_name, meta)
         d.save(out / f"{i}.safetensors")
         result[pair] = d
@@ -309,12 +371,15 @@ def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Re
     s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
     s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
     t = _Trainee(x.shape[1], y.shape[1], recipe, gen, y.mean(0), s_in, s_out)
-    seen, step = 0, 0
+    seen, step, history = 0, 0, _History(1)
     while seen < recipe.tokens:
         idx = torch.randint(len(x), (batch,), generator=gen)
-        t.step(x[idx].float(), y[idx].float(), recipe, first=step == 0)
+        history.add([t.step(x[idx].float(), y[idx].float(), recipe, first=step == 0)])
         seen, step = seen + batch, step + 1
-    meta = {"trainer": "interp BatchTopK", "recipe": asdict(recipe), "tokens": seen, "steps": step}
+        if step % recipe.checkpoint_every == 0 or seen >= recipe.tokens:
+            history.close(step, seen)
+    meta = {"trainer": "interp BatchTopK", "code": CODE_VERSION, "recipe": asdict(recipe), "tokens": seen,
+            "steps": step, "history": history.rows[0]}
     return t.dictionary(site_in, site_out or site_in, model_name, meta)
 
 
@@ -323,7 +388,7 @@ def from_checkpoint(out: str | Path) -> dict[tuple[str, str], Dictionary]:
     still gives usable dictionaries; their meta says how many tokens they saw)."""
     ckpt = Path(out) / "checkpoint.safetensors"
     if not ckpt.exists():
-        raise InterpError(f"no checkpoint at {ckpt}; train(..., out={str(out)!r}) writes one")
+        raise InterpError(f"no checkpoint at {ckpt}; train_dictionaries(..., out={str(out)!r}) writes one")
     with safe_open(str(ckpt), "pt") as fh:
         meta = fh.metadata()
         saved = {k: fh.get_tensor(k) for k in fh.keys()}
@@ -335,8 +400,29 @@ def from_checkpoint(out: str | Path) -> dict[tuple[str, str], Dictionary]:
         t.W_enc, t.b_enc, t.W_dec, t.b_dec = (saved[f"{i}.{n}"] for n in ("W_enc", "b_enc", "W_dec", "b_dec"))
         t.threshold = saved[f"{i}.threshold"]
         t.s_in, t.s_out = (float(v) for v in saved[f"{i}.scales"])
-        meta_i = {"trainer": "interp BatchTopK", "recipe": asdict(recipe), "tokens": int(meta["tokens"]),
-                  "steps": int(meta["step"]), "seconds": round(float(meta["seconds"]), 1),
-                  "forward_seconds": round(float(meta["forward_seconds"]), 1), "source": ident["source"]}
+        meta_i = {"trainer": "interp BatchTopK", "code": ident.get("code"), "recipe": asdict(recipe),
+                  "tokens": int(meta["tokens"]), "steps": int(meta["step"]), "seconds": round(float(meta["seconds"]), 1),
+                  "forward_seconds": round(float(meta["forward_seconds"]), 1), "source": ident["source"],
+                  "history": json.loads(meta["history"])[i] if meta.get("history") else []}
         result[(site_in, site_out)] = t.dictionary(site_in, site_out, ident["model"], meta_i)
     return result
+
+
+def train(*args, **kwargs) -> dict[tuple[str, str], Dictionary]:
+    """Deprecated name of `train_dictionaries` (the module is `interp.features.train`)."""
+    warnings.warn("interp.features.train.train is now train_dictionaries (interp.features.train is the module)",
+                  DeprecationWarning, stacklevel=2)
+    return train_dictionaries(*args, **kwargs)
+
+
+class _CallableModule(types.ModuleType):
+    """`from interp.features import train; train(...)` (the old function) still runs, with a
+    DeprecationWarning; everything else about the module is as usual."""
+
+    def __call__(self, *args, **kwargs) -> dict[tuple[str, str], Dictionary]:
+        warnings.warn("calling interp.features.train is deprecated: call interp.features.train_dictionaries",
+                      DeprecationWarning, stacklevel=2)
+        return train_dictionaries(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
