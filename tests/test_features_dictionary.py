@@ -120,6 +120,18 @@ def test_training_resumes_to_the_same_weights(zoo, tmp_path, monkeypatch):
     other[valid] = rows[valid].roll(1)  # the same shape, other tokens
     with pytest.raises(InterpError, match="tokens"):
         run("b", small, other)
+    # a checkpoint written before digests (identity without tokens_digest and code) resumes, with a warning
+    from safetensors import safe_open
+
+    from interp.storage import write_tensors_atomic
+
+    ckpt = tmp_path / "a" / "checkpoint.safetensors"
+    with safe_open(str(ckpt), "pt") as fh:
+        meta, saved = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+    old = {k: v for k, v in json.loads(meta["identity"]).items() if k not in ("tokens_digest", "code")}
+    write_tensors_atomic(ckpt, saved, {**meta, "identity": json.dumps(old, sort_keys=True)})
+    with pytest.warns(UserWarning, match="predates token digests"):
+        torch.testing.assert_close(run("a", small)[(site, site)].W_dec, whole.W_dec)
     monkeypatch.setattr(training, "CODE_VERSION", "changed")
     with pytest.raises(InterpError, match="changed"):
         run("b", small)
