@@ -32,8 +32,9 @@ def _run(r: Render, d: dict) -> str:
 
 
 def _runs(r: Render, d: dict) -> str:
-    out = ["| width | seed | memorized (`train ≥ 0.9`) | grokked (`test ≥ 0.9`) | k before / at / after | concentration at "
-           "grokking: core vs random mean [min, max] | top frequencies at grokking |", "|---|---|---|---|---|---|---|"]
+    out = ["| width | seed | memorized (`train ≥ 0.9`) | grokked (`test ≥ 0.9`) | k before / at / after | concentration before "
+           "grokking: core vs random mean | concentration at grokking: core vs random mean [min, max] | top frequencies at "
+           "grokking |", "|---|---|---|---|---|---|---|---|"]
     for i, run in enumerate(d["runs"]):
         base = pointer("runs", i)
         mem = "—" if run["memorized_step"] is None else r.int(base + "/memorized_step")
@@ -42,8 +43,9 @@ def _runs(r: Render, d: dict) -> str:
         at = f"{base}/checkpoints/at"
         conc = (f"{r.num(at + '/concentration')} vs {r.num(at + '/random_mean')} [{r.num(at + '/random_range/0')}, "
                 f"{r.num(at + '/random_range/1')}]")
+        pre = f"{r.num(base + '/checkpoints/before/concentration')} vs {r.num(base + '/checkpoints/before/random_mean')}"
         top = ", ".join(f"`{f}`" for f in run["checkpoints"]["at"]["top_frequencies"])
-        out.append(f"| {r.int(base + '/width')} | {r.int(base + '/seed')} | {mem} | {grok} | {ks} | {conc} | {top} |")
+        out.append(f"| {r.int(base + '/width')} | {r.int(base + '/seed')} | {mem} | {grok} | {ks} | {pre} | {conc} | {top} |")
     return r.region("\n".join(out))
 
 
