@@ -14,7 +14,6 @@ Real models by name (4-bit builds, dequantized to float32 on first load):
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interp.errors import InterpError
-from interp.storage import atomic_dir, cache_dir, file_sha256
+from interp.storage import atomic_dir, cache_dir, file_sha256, sha256_file
 from interp.validate import note, read_object
 
 __all__ = ["REAL_MODELS", "RealModel", "cache_dir", "convert", "real_model_file"]
@@ -108,17 +107,9 @@ def convert(path: str | Path) -> Path:
     # same file at once, the first to finish wins and the other's copy is discarded
     with atomic_dir(out, complete=_whole) as tmp:
         _dequantize(path, tmp)
-        files = {f.name: _sha256(f) for f in sorted(tmp.glob("*.safetensors"))}
+        files = {f.name: sha256_file(f) for f in sorted(tmp.glob("*.safetensors"))}
         (tmp / MARKER).write_text(json.dumps({"source": path.name, "dtype": "float32", "quantized": True, "files": files}))
     return out
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _whole(out: Path) -> bool:

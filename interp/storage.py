@@ -32,7 +32,7 @@ from safetensors.torch import save_file
 from interp.errors import InterpError
 from interp.validate import digest, read_safetensors, refuse, tensor, tensors_digest
 
-__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "tag_of", "write_tensors_atomic", "write_text_atomic"]
+__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "sha256_file", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
 FORMAT = "interp/2"
 _OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
@@ -411,13 +411,19 @@ def file_sha256(path: str | Path) -> str:
     entry = memo.get(str(path))
     if isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
         return str(entry["sha256"])
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    memo[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest.hexdigest()}
+    digest = sha256_file(path)
+    memo[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
     try:  # a lost update (two writers at once) only costs a later rehash
         write_text_atomic(memo_path, json.dumps(memo, indent=1))
     except OSError:
         pass
+    return digest
+
+
+def sha256_file(path: str | Path) -> str:
+    """sha256 of a file's bytes, read in 4 MiB blocks (file_sha256 remembers it for big files)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
     return digest.hexdigest()

@@ -53,7 +53,7 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.results import Grid
 from interp.sweep_jobs import COMMON_KEYS, KINDS, METRICS, Job, JobKind, job_id, resolved, run_job
-from interp.storage import check_writable
+from interp.storage import check_writable, sha256_file
 from interp.sweep_store import Recorder, Store
 from interp.validate import field, note, read_json
 
@@ -175,10 +175,10 @@ def plan(experiments: list[dict[str, Any]], out: Path) -> tuple[list[Job], dict[
     done = {j["job"]: j for j in before if (out / j["file"]).exists()}  # folders written before the store
     for job in jobs:
         entry = store.get(job["key"])
-        # the grid file a sound entry names is this job's own (never a path the entry could point elsewhere)
-        if entry is not None and entry["result"].get("file") == f"grids/{job['id']}.safetensors" \
-                and (out / entry["result"]["file"]).exists():
+        if entry is not None and _grid_intact(out, job, entry):
             done[job["id"]] = entry["result"]
+        elif entry is not None:  # its grid is missing or damaged: the job runs again
+            done.pop(job["id"], None)
     pending = [job for job in jobs if job["id"] not in done]
     previous = {(j.get("experiment"), j.get("model")): j for j in before}
     changed = []
@@ -281,6 +281,19 @@ def load(out: str | Path):
                 json.dumps(value) if isinstance(value, (list, dict)) else value)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _grid_intact(out: Path, job: Job, entry: dict[str, Any]) -> bool:
+    """Whether a sound entry's grid file is this job's own (never a path the entry could point
+    elsewhere), present, and (for entries that record it) of the sha256 written with it; a damaged
+    grid is recomputed, with a one-line note."""
+    file = f"grids/{job['id']}.safetensors"
+    if entry["result"].get("file") != file or not (out / file).exists():
+        return False
+    if "grid_sha256" in entry and entry["grid_sha256"] != sha256_file(out / file):
+        note(f"sweep grid {out / file} fails its checksum (damaged on disk); recomputing it")
+        return False
+    return True
 
 
 _GRID_FILE = re.compile(r"grids/[A-Za-z0-9_.-]+\.safetensors")

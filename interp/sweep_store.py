@@ -14,7 +14,7 @@ from typing import Any
 
 from interp.errors import InterpError
 from interp.results import Grid
-from interp.storage import write_text_atomic
+from interp.storage import sha256_file, write_text_atomic
 from interp.validate import digest, note
 
 Job = dict[str, Any]  # a planned job: id, key, model, config (interp.sweep_jobs builds them)
@@ -168,7 +168,7 @@ class Recorder:
             "axes": list(grid.axes), "shape": list(grid.shape), "file": file,
             "top": [[c, v] for c, v in grid.top(3)], "seconds": round(seconds, 2),
         }
-        self.store.put(job["key"], cfg, self.done[job["id"]])
+        self.store.put(job["key"], cfg, self.done[job["id"]], grid_sha256=sha256_file(self.out / file))
         self.failed.pop(job["id"], None)
         self.write()
         self.bar.update(1)

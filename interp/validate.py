@@ -108,6 +108,10 @@ def number(value: Any, source: Any, name: str, *, integer: bool = False, lo: int
         raise refuse(source, name, f"is {_short(value)}", "a finite " + ("integer" if integer else "number"))
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise refuse(source, name, f"is {_short(value)}", f"a number in [{lo}, {hi}]")
+    if not integer and isinstance(value, int):  # a float field: as a float, or refused if no float holds it
+        if abs(value) > 1e300:
+            raise refuse(source, name, f"is {_short(value)}", "a finite number a float can hold")
+        return float(value)
     return value
 
 

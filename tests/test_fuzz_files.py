@@ -103,7 +103,8 @@ damage = st.tuples(st.one_of(st.none(), st.integers(0, 4000)),
                    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 7)), max_size=4))
 json_values = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
-              st.text(max_size=12), st.sampled_from(["../../etc/passwd", "os.system", "blocks.0.hook_z", "NaN", "1e999"])),
+              st.text(max_size=12), st.sampled_from(["../../etc/passwd", "os.system", "blocks.0.hook_z", "NaN", "1e999",
+                                                     10**30, -10**400, 2**63])),
     lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
     max_leaves=8)
 

@@ -281,3 +281,20 @@ def test_load_passes_placement_through_and_info_shows_it(tiny_dirs, monkeypatch,
         interp.load(tiny_dirs["llama"], max_memory={"cpu": "1GiB"})
     assert main(["info", tiny_dirs["gpt2"]]) == 0
     assert "placement: float32; embed on cpu; blocks 0-1 on cpu; unembed on cpu" in capsys.readouterr().out
+
+
+def test_a_grid_damaged_on_disk_is_recomputed_with_a_note(config, tmp_path, capsys):
+    out = tmp_path / "out"
+    first = run(config, out, progress=False)
+    path = out / first["jobs"][0]["file"]
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 1  # same size, header intact: one bit of the values
+    path.write_bytes(bytes(data))
+    before = _mtimes(out)
+    capsys.readouterr()
+    second = run(config, out, progress=False)
+    note = [line for line in capsys.readouterr().err.splitlines() if "checksum" in line]
+    assert len(note) == 1 and path.name in note[0], note
+    after = _mtimes(out)
+    assert [name for name in before if before[name] != after[name]] == [path.name]  # that one job reran, alone
+    assert _without_seconds(second) == _without_seconds(first)

@@ -137,7 +137,7 @@ def from_neuronpedia(data: dict | str | Path) -> AttributionGraph:
     if not all(isinstance(t, str) for t in tokens):
         raise refuse(src, "metadata.prompt_tokens", "holds a non-string", "the prompt's tokens as strings")
     meta = field(info, "meta", dict, src, where="metadata.info.interp", default=None) or _meta(nodes, metadata, src)
-    n_layers = field(meta, "n_layers", int, src, where="meta")
+    n_layers = number(field(meta, "n_layers", int, src, where="meta"), src, "meta.n_layers", integer=True, lo=0, hi=10**6)
     rows = [_parsed(n, n_layers, len(tokens), src) for n in nodes]
     ids = [n["node_id"] for n in nodes]
     where = {x: i for i, x in enumerate(ids)}
