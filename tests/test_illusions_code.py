@@ -62,9 +62,9 @@ def _eval(ood_svd: float, ood_rep: float, draws: int = 10, heads: int = 8) -> di
 def test_code_verdicts_on_planted_counts(ood_svd, ood_rep, draws, gap_word, rep_word):
     out = code.judge_code(_eval(ood_svd, ood_rep, draws), rank=4, draws=draws)
     for lang in code.LANGS[1:]:
-        assert out["per_language"][lang]["gap"]["word"] == gap_word
-        assert out["per_language"][lang]["repeated_word"]["word"] == rep_word
-    claims = illusions.code_claims(out)
+        assert out["verdicts"]["gap"][lang]["word"] == gap_word
+        assert out["verdicts"]["repeated_word"][lang]["word"] == rep_word
+    claims = illusions.code_claims(out["verdicts"])
     assert claims["code_java_vs_unseen"]["word"] == gap_word and claims["code_repeated_word"]["claim_id"] == "il.code_repeated_word"
 
 

@@ -400,7 +400,7 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     out["claims"] = claims(out["models"])
     out["code"], code_configs = illusions_code.run(b, store, progress)
     if out["code"] is not None:
-        out["claims"].update(code_claims(out["code"]))
+        out["claims"].update(code_claims(out["code"].pop("verdicts")))
     all_configs += code_configs
     done, total = store.count(all_configs)
     fraction = paper_fraction(b, len(entries))
@@ -513,14 +513,13 @@ def claims(models: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def code_claims(code: dict[str, Any]) -> dict[str, Any]:
-    """The code experiment's two claims, each across the unseen languages (the worst word: the paper
-    finds its gap on every one); the verdicts themselves are in code.per_language."""
+def code_claims(verdicts: dict[str, Any]) -> dict[str, Any]:
+    """The code experiment's two claims from its per-language verdicts (`illusions_code.judge_code`'s
+    "verdicts"), each the worst word over the unseen languages (the paper finds its gap on every one)."""
     from interp.studies.verdicts import against_all
 
-    per = code["per_language"]
-    return {key: {"claim": text, "claim_id": cid, "per_language": {lang: per[lang][part]["word"] for lang in per},
-                  "word": against_all(per[lang][part]["word"] for lang in per)}
+    return {key: {"claim": text, "claim_id": cid, "per_language": verdicts[part],
+                  "word": against_all(v["word"] for v in verdicts[part].values())}
             for key, text, cid, part in (
                 ("code_java_vs_unseen", "prediction similarity of SVD-simplified heads is higher on the training language "
                  "than on unseen languages (paired t-test at the paper's p level)", "il.code_java_vs_unseen", "gap"),

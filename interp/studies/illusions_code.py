@@ -291,7 +291,8 @@ def judge_code(ev: dict[str, Any], rank: int, draws: int) -> dict[str, Any]:
     t-test gives p < 0.005, the paper's test) and against random rank-k projections of the same heads
     (null "random subspaces", 95 % t interval of the per-head difference). The claim ids go on the
     claim-level words (`illusions.code_claims`, the worst word over languages and controls), as the Dyck
-    claims' do, so the paper-claims ledger and the study's claims table give the same word."""
+    claims' do, so the paper-claims ledger and the study's claims table give the same word; the study
+    moves "verdicts" under its claims (`illusions.code_claims`), so the README reads each claim once."""
     from interp.studies.verdicts import against_all, judge
 
     s = summary(ev)
@@ -299,7 +300,8 @@ def judge_code(ev: dict[str, Any], rank: int, draws: int) -> dict[str, Any]:
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     means = {lang: {"svd": {w: mean([h[w][lang]["svd"] for h in hs]) for w in ("all", "repeated", "other")},
                     "random_all": mean([h["all"][lang]["random_mean"] for h in hs])} for lang in LANGS}
-    out: dict[str, Any] = {"summary": s, "means": means, "per_language": {}}
+    out: dict[str, Any] = {"summary": s, "means": means, "largest_repeated_gap_head": {},
+                           "verdicts": {"gap": {}, "repeated_word": {}}}
     for lang in LANGS[1:]:
         gap = lambda h, what, kind: h[what][ID_LANG][kind] - h[what][lang][kind]  # noqa: E731
         svd_gap = [gap(h, "all", "svd") for h in hs]
@@ -327,13 +329,11 @@ def judge_code(ev: dict[str, Any], rank: int, draws: int) -> dict[str, Any]:
              "paired_t_p": p_rr, "ci_level": 0.95},
         ]
         best = max(range(len(hs)), key=lambda i: gap(hs[i], "repeated", "svd"))
-        out["per_language"][lang] = {
-            "gap": {"claims": lang_claims, "word": against_all(c["word"] for c in lang_claims)},
-            "repeated_word": {"claims": rep_claims, "word": against_all(c["word"] for c in rep_claims)},
-            "largest_repeated_gap_head": {  # chosen after the fact, as the paper's one head: description, no word
-                "head": hs[best]["head"], "python": hs[best]["repeated"][ID_LANG]["svd"], lang: hs[best]["repeated"][lang]["svd"],
-                "paper": {"head": "layer 4 head 4, rank 16", "java": 0.75, "unseen": 0.61}},
-        }
+        out["verdicts"]["gap"][lang] = {"claims": lang_claims, "word": against_all(c["word"] for c in lang_claims)}
+        out["verdicts"]["repeated_word"][lang] = {"claims": rep_claims, "word": against_all(c["word"] for c in rep_claims)}
+        out["largest_repeated_gap_head"][lang] = {  # chosen after the fact, as the paper's one head: description, no word
+            "head": hs[best]["head"], "python": hs[best]["repeated"][ID_LANG]["svd"], lang: hs[best]["repeated"][lang]["svd"],
+            "paper": {"head": "layer 4 head 4, rank 16", "java": 0.75, "unseen": 0.61}}
     return out
 
 
