@@ -257,16 +257,8 @@ CODE_VERSION = hashlib.sha256("".join(inspect.getsource(f) for f in (_Trainee, _
                               .encode()).hexdigest()[:12]
 
 
-@records_peak
-def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: Tensor, out: str | Path, *,
-          recipe: Recipe = Recipe(), model_name: str = "", source: dict | None = None,
-          progress: bool = True) -> dict[tuple[str, str], Dictionary]:
-    """Train one dictionary per entry of `pairs` (a site: an SAE; (site_in, site_out): a
-    transcoder) on `tokens` [rows, pos] (positions where `valid` is True), all from the same
-    forwards. Checkpoints to `out`/checkpoint.safetensors and resumes from it (the same run only:
-    see the module docstring); the finished dictionaries, their training history in
-    meta["history"], are saved as `out`/<i>.safetensors (interp's result format) and returned."""
-    pairs = _pairs(pairs)
+def _trainable_rows(model, tokens: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """`tokens` and `valid` checked, without the rows that hold no trainable position."""
     check_tokens(tokens, model=model)
     if not isinstance(valid, Tensor) or valid.dtype != torch.bool or tokens.shape != valid.shape or tokens.ndim != 2:
         raise InterpError(f"tokens {tuple(tokens.shape)} and valid {tuple(getattr(valid, 'shape', ()))} must be the same "
@@ -277,6 +269,37 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
                           "one True position (corpus.token_rows marks every position but BOS and padding)")
     if not bool((trainable > 0).all()):  # a step of such rows alone would train on zero tokens (NaN losses)
         tokens, valid = tokens[(trainable > 0).to(tokens.device)], valid[trainable > 0]
+    return tokens, valid
+
+
+def _resume(ckpt: Path, base: dict, identity: str, trainees: list[_Trainee]) -> tuple[int, int, float, float, list | None]:
+    """Restore `trainees` from `ckpt` when it is this run's (identity; a checkpoint from before
+    digests matches `base` and resumes with a warning): step, tokens, seconds, forward seconds, history."""
+    with safe_open(str(ckpt), "pt") as fh:
+        meta = fh.metadata()
+        if meta.get("identity") == json.dumps(base, sort_keys=True):
+            warnings.warn(f"{ckpt} predates token digests and code versions; resuming it as the same run", stacklevel=3)
+        elif meta.get("identity") != identity:
+            raise InterpError(f"{ckpt} was written by another run (recipe, sites, model, tokens or trainer code "
+                              f"{CODE_VERSION} differ); use another output folder or delete it")
+        saved = {k: fh.get_tensor(k) for k in fh.keys()}
+    for i, t in enumerate(trainees):
+        t.restore(i, saved)
+    history = json.loads(meta["history"]) if meta.get("history") else None
+    return int(meta["step"]), int(meta["tokens"]), float(meta["seconds"]), float(meta["forward_seconds"]), history
+
+
+@records_peak
+def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: Tensor, out: str | Path, *,
+                       recipe: Recipe = Recipe(), model_name: str = "", source: dict | None = None,
+                       progress: bool = True) -> dict[tuple[str, str], Dictionary]:
+    """Train one dictionary per entry of `pairs` (a site: an SAE; (site_in, site_out): a
+    transcoder) on `tokens` [rows, pos] (positions where `valid` is True), all from the same
+    forwards. Checkpoints to `out`/checkpoint.safetensors and resumes from it (the same run only:
+    see the module docstring); the finished dictionaries, their training history in
+    meta["history"], are saved as `out`/<i>.safetensors (interp's result format) and returned."""
+    pairs = _pairs(pairs)
+    tokens, valid = _trainable_rows(model, tokens, valid)
     out = Path(out)
     names = list(dict.fromkeys(n for p in pairs for n in p))
     ckpt = out / "checkpoint.safetensors"
@@ -296,21 +319,10 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
         s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
         s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
         trainees.append(_Trainee(x.shape[1], y.shape[1], recipe, gen, y.mean(0), s_in, s_out))
+    rows = None
     if ckpt.exists():
-        with safe_open(str(ckpt), "pt") as fh:
-            meta = fh.metadata()
-            if meta.get("identity") == json.dumps(base, sort_keys=True):  # written before digests: accepted, noted
-                warnings.warn(f"{ckpt} predates token digests and code versions; resuming it as the same run",
-                              stacklevel=2)
-            elif meta.get("identity") != identity:
-                raise InterpError(f"{ckpt} was written by another run (recipe, sites, model, tokens or trainer code "
-                                  f"{CODE_VERSION} differ); use another output folder or delete it")
-            saved = {k: fh.get_tensor(k) for k in fh.keys()}
-        for i, t in enumerate(trainees):
-            t.restore(i, saved)
-        step, seen = int(meta["step"]), int(meta["tokens"])
-        seconds, forward_s = float(meta["seconds"]), float(meta["forward_seconds"])
-    history = _History(len(pairs), json.loads(meta.get("history", "null")) if ckpt.exists() else None)
+        step, seen, seconds, forward_s, rows = _resume(ckpt, base, identity, trainees)
+    history = _History(len(pairs), rows)
     bar = tqdm(total=recipe.tokens, initial=min(seen, recipe.tokens), desc="dictionary tokens", unit="tok",
                disable=not progress)
     while seen < recipe.tokens:
