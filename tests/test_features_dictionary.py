@@ -44,6 +44,14 @@ def test_sae_recovers_planted_directions():
     h = d.meta["history"]  # per checkpoint_every (50) steps: the means of loss, aux, L0 and dead fraction
     assert [r["step"] for r in h] == [50 * (i + 1) for i in range(len(h) - 1)] + [d.meta["steps"]]
     assert h[-1]["nmse"] < h[0]["nmse"] and all(0 <= r["dead"] <= 1 and r["l0"] <= 3 for r in h)
+    grid = d.to_grid()  # drawn by plot.render: one panel per metric over the steps
+    assert grid.axes == ("step", "dictionary", "metric") and grid.shape == (len(h), 1, 4)
+    assert grid.values[:, 0, 2].tolist() == [r["l0"] for r in h]
+    from interp import plot
+
+    assert len(plot.render(d).data) == 4
+    with pytest.raises(InterpError, match="no training history"):
+        _random_dictionary("blocks.0.hook_resid_post", "blocks.0.hook_resid_post").to_grid()
 
 
 def test_the_api_a_user_expects():

@@ -120,6 +120,22 @@ class Dictionary:
             return out.unflatten(-1, x.shape[-2:])
         return out
 
+    def to_grid(self):
+        """Its training history (meta["history"], written by interp's trainer) as a Grid [step,
+        dictionary, metric]: `plot.render(d)` draws loss, AuxK loss, L0 and dead fraction per step."""
+        from interp.results import Grid
+
+        rows = self.meta.get("history") or []
+        if not rows:
+            raise InterpError(f"{self!r} has no training history (meta['history']); dictionaries trained here "
+                              "carry one, loaded ones (SAELens, before issue 38) do not")
+        keys = ("nmse", "aux", "l0", "dead")
+        values = torch.tensor([[[float(r[k]) for k in keys]] for r in rows])  # cpu: a result
+        return Grid(values, ("step", "dictionary", "metric"),
+                    (tuple(int(r["step"]) for r in rows), (f"{self.kind} {self.site_out}",),
+                     ("loss (NMSE)", "AuxK loss", "L0", "dead fraction")),
+                    {"title": f"training: {self!r}", "model": self.model, "chart": "lines", "metric": "value"})
+
     def __repr__(self) -> str:
         name = f" of {self.model}" if self.model else ""
         return f"Dictionary({self.kind}{name}, {self.site_in} -> {self.site_out}, {self.n_features} features)"
