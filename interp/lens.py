@@ -37,7 +37,7 @@ from interp.errors import InterpError
 from interp.interventions import Intervention
 from interp.metrics import logit_diff as _logit_diff
 from interp.results import Grid
-from interp.sites import check_tokens
+from interp.sites import check_position, check_tokens
 from interp.tasks.base import Task
 from interp.memory import records_peak
 
@@ -314,9 +314,7 @@ def lens_top_tokens(model, tokens, *, k: int = 5, pos: int = -1):
         raise InterpError(f"lens_top_tokens reads one prompt; got {tokens.shape[0]} rows")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= model.cfg.d_vocab:
         raise InterpError(f"k={k!r} must be an int in 1..{model.cfg.d_vocab}")
-    n = tokens.shape[1]
-    if not -n <= pos < n:
-        raise InterpError(f"pos={pos} is outside the prompt's {n} positions")
+    pos = check_position(pos, tokens.shape[1], "pos")
     _, cache = _run_cache(model, tokens, _resid_names(model))
     acc, labels = cache.accumulated_resid(layer=None, incl_mid=True, apply_ln=False, return_labels=True)
     states = acc[:, 0, pos]  # [layer, d_model]
