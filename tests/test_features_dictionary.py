@@ -145,6 +145,29 @@ def test_training_resumes_to_the_same_weights(zoo, tmp_path, monkeypatch):
         run("b", small)
 
 
+def test_several_widths_and_ks_train_in_one_pass(zoo, tmp_path):
+    """Recipes of other widths, k and lr train side by side from the same forwards, each dictionary
+    equal to the one its recipe trains alone; recipes that read other data are refused."""
+    rows, valid = token_rows(zoo, "zoo", max_rows=300, seed=2)
+    pairs = ["blocks.1.hook_resid_post", mlp_sites(0)]
+    a = Recipe(n_features=64, k=4, tokens=800, rows=32, checkpoint_every=3)
+    b = Recipe(**{**a.__dict__, "n_features": 32, "k": 2, "lr": 2e-3})
+    both = train_dictionaries(zoo, pairs, rows, valid, tmp_path / "ab", recipe=[a, b], progress=False)
+    assert len(both) == 4 and sorted((d.n_features, d.meta["recipe"]["k"]) for d in both.values()) == [(32, 2)] * 2 + [(64, 4)] * 2
+    for r in (a, b):
+        alone = train_dictionaries(zoo, pairs, rows, valid, tmp_path / f"{r.k}", recipe=r, progress=False)
+        for (site_in, site_out), d in alone.items():
+            together = both[(site_in, site_out, r)]
+            torch.testing.assert_close(together.W_dec, d.W_dec, rtol=0, atol=0)
+            torch.testing.assert_close(together.threshold, d.threshold, rtol=0, atol=0)
+            assert together.meta["history"] == d.meta["history"]
+    back = from_checkpoint(tmp_path / "ab")  # keyed by the recipes with the tokens seen
+    assert [k[:2] + (k[2].k,) for k in back] == [k[:2] + (k[2].k,) for k in both]
+    assert all(x.W_enc.equal(y.W_enc) for x, y in zip(back.values(), both.values()))
+    with pytest.raises(InterpError, match="rows differ"):
+        train_dictionaries(zoo, pairs, rows, valid, tmp_path / "x", recipe=[a, Recipe(**{**a.__dict__, "rows": 16})])
+
+
 def _random_dictionary(site_in, site_out, d_in=8, d_out=8, n=16, threshold=True, seed=0):
     g = torch.Generator().manual_seed(seed)
     return Dictionary(torch.randn(d_in, n, generator=g), torch.randn(n, generator=g), torch.randn(n, d_out, generator=g),

@@ -289,40 +289,70 @@ def _resume(ckpt: Path, base: dict, identity: str, trainees: list[_Trainee]) -> 
     return int(meta["step"]), int(meta["tokens"]), float(meta["seconds"]), float(meta["forward_seconds"]), history
 
 
+DATA_FIELDS = ("tokens", "rows", "seed", "checkpoint_every")  # what recipes trained in one pass share
+
+
+def _recipes(recipe: Recipe | Sequence[Recipe]) -> list[Recipe]:
+    """One recipe, or several that differ only beyond DATA_FIELDS (widths, k, lr, ...)."""
+    recipes = [recipe] if isinstance(recipe, Recipe) else list(recipe)
+    if not recipes or not all(isinstance(r, Recipe) for r in recipes):
+        raise InterpError(f"recipe must be a Recipe or a non-empty list of Recipes, got {recipe!r:.80}")
+    for name in DATA_FIELDS:
+        if len({getattr(r, name) for r in recipes}) > 1:
+            raise InterpError(f"recipes trained in one pass share the data: their {name} differ "
+                              f"({[getattr(r, name) for r in recipes]}); {DATA_FIELDS} must be equal")
+    return recipes
+
+
+def _trainees(first: dict[str, Tensor], pairs: list[tuple[str, str]], recipes: list[Recipe]) -> list[_Trainee]:
+    """One trainee per (recipe, pair), recipe-major; each recipe draws its start from its own seeded
+    generator, so a dictionary starts as it would in a run of its recipe alone."""
+    out = []
+    for recipe in recipes:
+        gen = torch.Generator().manual_seed(recipe.seed)
+        for site_in, site_out in pairs:
+            x, y = first[site_in], first[site_out]
+            s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
+            s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
+            out.append(_Trainee(x.shape[1], y.shape[1], recipe, gen, y.mean(0), s_in, s_out))
+    return out
+
+
 @records_peak
 def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Tensor, valid: Tensor, out: str | Path, *,
-                       recipe: Recipe = Recipe(), model_name: str = "", source: dict | None = None,
-                       progress: bool = True) -> dict[tuple[str, str], Dictionary]:
+                       recipe: Recipe | Sequence[Recipe] = Recipe(), model_name: str = "", source: dict | None = None,
+                       progress: bool = True) -> dict[tuple, Dictionary]:
     """Train one dictionary per entry of `pairs` (a site: an SAE; (site_in, site_out): a
     transcoder) on `tokens` [rows, pos] (positions where `valid` is True), all from the same
     forwards. Checkpoints to `out`/checkpoint.safetensors and resumes from it (the same run only:
     see the module docstring); the finished dictionaries, their training history in
-    meta["history"], are saved as `out`/<i>.safetensors (interp's result format) and returned."""
-    pairs = _pairs(pairs)
+    meta["history"], are saved as `out`/<i>.safetensors (interp's result format) and returned.
+
+    Several recipes (a list; they may differ in n_features, k, lr and the rest, not in
+    DATA_FIELDS) train side by side from the same forwards: the result is then keyed
+    (site_in, site_out, recipe), the files numbered recipe-major."""
+    pairs, recipes = _pairs(pairs), _recipes(recipe)
+    recipe = recipes[0]  # the data side (tokens, rows, seed, checkpoint_every) all share
     tokens, valid = _trainable_rows(model, tokens, valid)
     out = Path(out)
     names = list(dict.fromkeys(n for p in pairs for n in p))
     ckpt = out / "checkpoint.safetensors"
     # what must match to resume: everything but the token budget (a finished run can be extended)
-    base = {"recipe": {**asdict(recipe), "tokens": None}, "pairs": pairs, "model": model_name, "rows": list(tokens.shape),
+    plain = [{**asdict(r), "tokens": None} for r in recipes]
+    base = {"recipe": plain[0] if len(plain) == 1 else plain, "pairs": pairs, "model": model_name, "rows": list(tokens.shape),
             "source": source or {}}
     identity = json.dumps({**base, "tokens_digest": _digest(tokens, valid), "code": CODE_VERSION}, sort_keys=True)
-    gen = torch.Generator().manual_seed(recipe.seed)
     step, seen, seconds, forward_s = 0, 0, 0.0, 0.0
     t0 = time.perf_counter()
     idx = _rows_of_step(0, len(tokens), recipe)
     first = _batch(model, tokens[idx], valid[idx], names)  # sets the scales; also step 0's batch
     first_s = time.perf_counter() - t0
-    trainees = []
-    for site_in, site_out in pairs:
-        x, y = first[site_in], first[site_out]
-        s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
-        s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
-        trainees.append(_Trainee(x.shape[1], y.shape[1], recipe, gen, y.mean(0), s_in, s_out))
+    trainees = _trainees(first, pairs, recipes)
+    jobs = [(r, pair) for r in recipes for pair in pairs]  # trainee i's recipe and sites
     rows = None
     if ckpt.exists():
         step, seen, seconds, forward_s, rows = _resume(ckpt, base, identity, trainees)
-    history = _History(len(pairs), rows)
+    history = _History(len(jobs), rows)
     bar = tqdm(total=recipe.tokens, initial=min(seen, recipe.tokens), desc="dictionary tokens", unit="tok",
                disable=not progress)
     while seen < recipe.tokens:
@@ -330,7 +360,7 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
         idx = _rows_of_step(step, len(tokens), recipe)
         acts = first if step == 0 else _batch(model, tokens[idx], valid[idx], names)
         t1 = time.perf_counter()
-        stats = [t.step(acts[a], acts[b], recipe, first=step == 0) for t, (a, b) in zip(trainees, pairs)]
+        stats = [t.step(acts[a], acts[b], r, first=step == 0) for t, (r, (a, b)) in zip(trainees, jobs)]
         history.add(stats)
         n_tok = next(iter(acts.values())).shape[0]
         step, seen = step + 1, seen + n_tok
@@ -348,13 +378,13 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
                 "forward_seconds": str(forward_s), "history": json.dumps(history.rows)})
     bar.close()
     result = {}
-    for i, (t, pair) in enumerate(zip(trainees, pairs)):
-        meta = {"trainer": "interp BatchTopK", "code": CODE_VERSION, "recipe": asdict(recipe), "tokens": seen,
+    for i, (t, (r, pair)) in enumerate(zip(trainees, jobs)):
+        meta = {"trainer": "interp BatchTopK", "code": CODE_VERSION, "recipe": asdict(r), "tokens": seen,
                 "steps": step, "seconds": round(seconds, 1), "forward_seconds": round(forward_s, 1),
                 "source": source or {}, "history": history.rows[i]}
         d = t.dictionary(*pair, model_name, meta)
         d.save(out / f"{i}.safetensors")
-        result[pair] = d
+        result[pair if len(recipes) == 1 else (*pair, r)] = d
     return result
 
 
@@ -395,7 +425,7 @@ def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Re
     return t.dictionary(site_in, site_out or site_in, model_name, meta)
 
 
-def from_checkpoint(out: str | Path) -> dict[tuple[str, str], Dictionary]:
+def from_checkpoint(out: str | Path) -> dict[tuple, Dictionary]:
     """The dictionaries of a run's latest checkpoint in `out` (a run stopped before its budget
     still gives usable dictionaries; their meta says how many tokens they saw)."""
     ckpt = Path(out) / "checkpoint.safetensors"
@@ -405,9 +435,10 @@ def from_checkpoint(out: str | Path) -> dict[tuple[str, str], Dictionary]:
         meta = fh.metadata()
         saved = {k: fh.get_tensor(k) for k in fh.keys()}
     ident = json.loads(meta["identity"])
-    recipe = Recipe(**{**ident["recipe"], "tokens": int(meta["tokens"])})
+    plain = ident["recipe"] if isinstance(ident["recipe"], list) else [ident["recipe"]]
+    recipes = [Recipe(**{**r, "tokens": int(meta["tokens"])}) for r in plain]
     result = {}
-    for i, (site_in, site_out) in enumerate(ident["pairs"]):
+    for i, (recipe, (site_in, site_out)) in enumerate((r, p) for r in recipes for p in ident["pairs"]):
         t = _Trainee.__new__(_Trainee)
         t.W_enc, t.b_enc, t.W_dec, t.b_dec = (saved[f"{i}.{n}"] for n in ("W_enc", "b_enc", "W_dec", "b_dec"))
         t.threshold = saved[f"{i}.threshold"]
@@ -416,7 +447,8 @@ def from_checkpoint(out: str | Path) -> dict[tuple[str, str], Dictionary]:
                   "tokens": int(meta["tokens"]), "steps": int(meta["step"]), "seconds": round(float(meta["seconds"]), 1),
                   "forward_seconds": round(float(meta["forward_seconds"]), 1), "source": ident["source"],
                   "history": json.loads(meta["history"])[i] if meta.get("history") else []}
-        result[(site_in, site_out)] = t.dictionary(site_in, site_out, ident["model"], meta_i)
+        key = (site_in, site_out) if len(recipes) == 1 else (site_in, site_out, recipe)
+        result[key] = t.dictionary(site_in, site_out, ident["model"], meta_i)
     return result
 
 
