@@ -107,7 +107,7 @@ def test_extend_refuses_a_dirty_tree(monkeypatch):
     """The mechanism parts are added only from a clean checkout, so a commit reproduces them."""
     from interp.errors import InterpError
     from interp.studies import units
-    from interp.studies.heuristic_core_mech import extend
+    from interp.studies.heuristic_core import extend
 
     monkeypatch.setattr(units, "commit", lambda: "abc+dirty")
     with pytest.raises(InterpError, match="clean checkout"):

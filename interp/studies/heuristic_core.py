@@ -43,7 +43,7 @@ from interp.results import Heading, stack
 from interp.masking.controls import distinct, matched_random
 from interp.model import ZOO_DIR, build_tiny, describe, load
 from interp.studies.heuristic_core_cost import cost, recalibrate_gpu
-from interp.studies.heuristic_core_mech import departures, model_reading, study_emergence
+from interp.studies.heuristic_core_mech import PAPER_BATCH, PAPER_STEPS, departures, model_reading, study_emergence
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import against_all, judge
 from interp.tasks import bpe, english
@@ -61,7 +61,6 @@ OFFICIAL: dict[str, Any] = {"mean_over": "tokens", "sparsity_from": "sampled", "
 # AdamW's total decay of log_alpha over their run, lr * weight_decay * steps = 0.1 * 0.01 * 9300:
 # a shorter run keeps it by raising weight_decay (see masking.learn_masks); at 9300 steps it is 0.01.
 OFFICIAL_DECAY = 9.3
-PAPER_STEPS, PAPER_BATCH = 9300, 128
 PACKAGE: dict[str, Any] = {"mean_over": "tokens"}  # learn_masks' own recipe otherwise (Adam, expected L0)
 RECIPES = ("official", "package")
 SPARSITY_TOLERANCE = 0.05
@@ -474,11 +473,48 @@ def reverdict(data: dict[str, Any], command: str | None = None) -> dict[str, Any
     return data
 
 
+def extend(data: dict[str, Any], units: str | Path | None = None, command: str | None = None,
+           progress: bool = False) -> dict[str, Any]:
+    """A stored heuristic-core result with both mechanism claims (`model_reading` per model,
+    `study_emergence`, its unit computed when missing), its budget's `departures` and its paper's claims
+    added; every stored number is kept, and the budget keys these parts read are filled from the
+    budget's own values. The commit the parts were computed at goes under provenance["mechanism"]
+    (refused from a tree with uncommitted changes under interp/, as the doc writer refuses such a JSON)."""
+    import sys
+    from datetime import datetime, timezone
+
+    from interp.studies.claims import ledger
+    from interp.studies.docs import LEDGER_KEY
+    from interp.studies.protocol import add_departures
+    from interp.studies.units import commit
+
+    at = commit()
+    if not at or at.endswith("+dirty"):
+        raise InterpError(f"commit {at!r}: extend from a clean checkout (git worktree add --detach), so a commit reproduces it")
+    start = time.perf_counter()
+    values = data["budget"]["values"]
+    added = [k for k in BUDGETS[data["budget"]["name"]] if k not in values]
+    values.update({k: BUDGETS[data["budget"]["name"]][k] for k in added})
+    b = {**values, "learn": True}  # the emergence unit is computed when missing; no mask is learned here
+    for spec, m in data["models"].items():
+        if "sparsities" in m:
+            model = load(spec)
+            ood = _tasks(model, spec, b["real_rows"] if _is_real(spec) else b["reading_rows"])[1][m["ood_split"]]
+            m["reading"] = model_reading(model, m, b, ood)
+    data["emergence"] = study_emergence(data, b, Units(STUDY, root=units, version=VERSION), progress)
+    add_departures(sys.modules[__name__], data)
+    data[LEDGER_KEY] = ledger(STUDY, data)
+    data["provenance"]["mechanism"] = {
+        "commit": at, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "budget_keys_added": added,
+        "wall_s": round(time.perf_counter() - start, 1),
+        "command": command or "python -m interp.studies.heuristic_core --mechanism FILE [UNITS]"}
+    return data
+
+
 if __name__ == "__main__":
     import sys
 
     from interp.storage import write_text_atomic
-    from interp.studies.heuristic_core_mech import extend
 
     if len(sys.argv) not in (3, 4) or sys.argv[1] not in ("--reverdict", "--mechanism"):
         raise SystemExit("usage: python -m interp.studies.heuristic_core --reverdict DATA.json  (rewrites its verdicts in place)\n"

@@ -33,10 +33,11 @@ from typing import Any, Sequence
 
 import torch
 
+from interp import tasks
 from interp.errors import InterpError
 from interp.studies.verdicts import against_all, judge
 
-__all__ = ["GENERALIZED", "departures", "emergence", "emergence_unit", "extend", "model_reading", "percentile_of", "reading", "reading_scores",
+__all__ = ["GENERALIZED", "departures", "emergence", "emergence_unit", "model_reading", "percentile_of", "reading", "reading_scores",
            "study_emergence"]
 
 GENERALIZED = 0.9  # OOD accuracy at which a checkpoint counts as generalizing (the full zoo models score 1.0)
@@ -69,7 +70,6 @@ def emergence_unit(recipe: str, every: int, steps: int | None, rows: int, progre
 
     from interp import masking
     from interp.model import ZOO_DIR, load
-    from interp.studies.heuristic_core import sva_tasks
     from interp.train import RECIPES, train
 
     if recipe not in RECIPES:
@@ -80,7 +80,7 @@ def emergence_unit(recipe: str, every: int, steps: int | None, rows: int, progre
         train(replace(RECIPES[recipe], eval_every=every), out_dir, steps=steps, progress=progress, evaluate_after=False)
     train_s = time.perf_counter() - t0
     card = json.loads((out_dir / "card.json").read_text())
-    task = sva_tasks(False, rows, rows)[0]
+    task = tasks.make("sva", split="sva_id", n=rows, seed=1, masked=False)  # the study's training rows (sva_tasks)
     result: dict[str, Any] = {"steps": [], "importance": [], "baseline": [], "history": card["history"],
                               "train_seconds": card["training"]["seconds"]}
     t0 = time.perf_counter()
@@ -267,54 +267,16 @@ def study_emergence(out: dict[str, Any], b: dict[str, Any], store, progress: boo
         unit, core, draws=b["emergence_draws"], ood_split=m["ood_split"], id_split=m["id_split"])}
 
 
-def extend(data: dict[str, Any], units: str | Path | None = None, command: str | None = None,
-           progress: bool = False) -> dict[str, Any]:
-    """A stored heuristic-core result with both mechanism claims (`model_reading` per model,
-    `study_emergence`, its unit computed when missing), its budget's `departures` and its paper's claims
-    added; every stored number is kept, and the budget keys these parts read are filled from the
-    budget's own values. The commit the parts were computed at goes under provenance["mechanism"]
-    (refused from a tree with uncommitted changes under interp/, as the doc writer refuses such a JSON)."""
-    from datetime import datetime, timezone
-
-    from interp.model import load
-    from interp.studies import heuristic_core as hc
-    from interp.studies.claims import ledger
-    from interp.studies.docs import LEDGER_KEY
-    from interp.studies.protocol import add_departures
-    from interp.studies.units import Units, commit
-
-    at = commit()
-    if not at or at.endswith("+dirty"):
-        raise InterpError(f"commit {at!r}: extend from a clean checkout (git worktree add --detach), so a commit reproduces it")
-    start = time.perf_counter()
-    values = data["budget"]["values"]
-    added = [k for k in hc.BUDGETS[data["budget"]["name"]] if k not in values]
-    values.update({k: hc.BUDGETS[data["budget"]["name"]][k] for k in added})
-    b = {**values, "learn": True}  # the emergence unit is computed when missing; no mask is learned here
-    for spec, m in data["models"].items():
-        if "sparsities" in m:
-            model = load(spec)
-            ood = hc._tasks(model, spec, b["real_rows"] if hc._is_real(spec) else b["reading_rows"])[1][m["ood_split"]]
-            m["reading"] = model_reading(model, m, b, ood)
-    data["emergence"] = study_emergence(data, b, Units(hc.STUDY, root=units, version=hc.VERSION), progress)
-    add_departures(hc, data)
-    data[LEDGER_KEY] = ledger(hc.STUDY, data)
-    data["provenance"]["mechanism"] = {
-        "commit": at, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "budget_keys_added": added,
-        "wall_s": round(time.perf_counter() - start, 1),
-        "command": command or "python -m interp.studies.heuristic_core --mechanism FILE [UNITS]"}
-    return data
-
-
 # ---------------------------------------------------------------------------------------------
 # how a budget departs from the paper
+
+
+PAPER_STEPS, PAPER_BATCH = 9300, 128  # the official pruning recipe's steps and batch (the paper's appendix)
 
 
 def departures(v: dict[str, Any]) -> list[dict[str, Any]]:
     """Every way budget values `v` differ from the paper's set-up (BERT-base fine-tuned on MNLI, pruned
     with the official recipe for 9300 steps at batch 128, judged on HANS), each with both values."""
-    from interp.studies.heuristic_core import PAPER_BATCH, PAPER_STEPS
-
     zoo = [m for m in v["models"] if m.startswith("zoo:")]
     real = [m for m in v["models"] if not m.startswith("zoo:")]
     row = lambda what, ours, paper, why: {"what": what, "ours": ours, "paper": paper, "why": why}  # noqa: E731
