@@ -110,6 +110,26 @@ def _check_sources(members: Sequence[Intervention], batch: int) -> None:
                               f"but the input has {batch}; sources must come from inputs of the same shape")
 
 
+def _plan_logits(model, tokens: Tensor, base, acts: list, layer0: int, start: int, answer_pos: Tensor | None) -> Tensor:
+    """The logits of one planned forward: `len(acts)` copies of the batch side by side, each under its
+    interventions, resumed from the base run at (layer0, start) where there is one."""
+    n, batch = len(acts), tokens.shape[0]
+    fwd = _batched_hooks(acts, batch, start)
+    if answer_pos is not None:
+        fwd.append(("unembed.hook_in", gather_hook(answer_pos.repeat(n) - start)))
+    with hooks(model, fwd):
+        if base is None or (layer0 == 0 and start == 0):
+            return model(tokens.repeat(n, 1))
+        tail = resume(
+            model, tokens.repeat(n, 1), layer=layer0, start=start,
+            residual=base.resid[layer0][:, start:].repeat(n, 1, 1),
+            keys_values=[(k[:, :, :start].repeat(n, 1, 1, 1), v[:, :, :start].repeat(n, 1, 1, 1))
+                         for k, v in base.keys_values],
+        )
+    # positions before `start` are the base run's; the metric sees whole logits
+    return tail if answer_pos is not None else torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
+
+
 def evaluate(
     model,
     tokens: Tensor,
@@ -166,22 +186,7 @@ def evaluate(
                                   forward_cost(model))
             for layer0, start, members in tqdm(plans, desc=desc, disable=not progress or len(plans) < 2):
                 chosen = [rest[m] for m in members]
-                n = len(chosen)
-                fwd = _batched_hooks([acts[k] for k in chosen], batch, start)
-                if answer_pos is not None:
-                    fwd.append(("unembed.hook_in", gather_hook(answer_pos.repeat(n) - start)))
-                with hooks(model, fwd):
-                    if base is None or (layer0 == 0 and start == 0):
-                        result = model(tokens.repeat(n, 1))
-                    else:
-                        tail = resume(
-                            model, tokens.repeat(n, 1), layer=layer0, start=start,
-                            residual=base.resid[layer0][:, start:].repeat(n, 1, 1),
-                            keys_values=[(k[:, :, :start].repeat(n, 1, 1, 1), v[:, :, :start].repeat(n, 1, 1, 1))
-                                         for k, v in base.keys_values],
-                        )
-                        # positions before `start` are the base run's; the metric sees whole logits
-                        result = tail if answer_pos is not None else torch.cat([base.logits[:, :start].repeat(n, 1, 1), tail], 1)
+                result = _plan_logits(model, tokens, base, [acts[k] for k in chosen], layer0, start, answer_pos)
                 for j, k in enumerate(chosen):
                     rows = result[j * batch : (j + 1) * batch]
                     if answer_pos is not None:

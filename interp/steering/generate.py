@@ -150,10 +150,7 @@ def generate(
     dev = _device(model)
     tokens, mask, _ = encode(model, prompts)
     (batch, width), prompt_len = tokens.shape, mask.sum(-1)
-    if model.cfg.n_ctx and width + max_new_tokens - 1 > model.cfg.n_ctx:  # the last forward reads that many positions
-        raise InterpError(f"a prompt of {width} tokens and max_new_tokens={max_new_tokens} run past the model's context "
-                          f"(n_ctx={model.cfg.n_ctx}); pass at most {max(0, model.cfg.n_ctx + 1 - width)} new tokens "
-                          "or a shorter prompt")
+    _check_context(model, width, max_new_tokens)
     generator = torch.Generator(device=dev).manual_seed(seed)
     eos, pad = _eos_id(model) if stop_at_eos else None, _pad_id(model)
     record = record and bool(steers)
@@ -190,12 +187,24 @@ def generate(
                 break
 
     out = torch.cat([tokens, torch.stack(new, 1)], 1)
-    completions = tuple(model.tokenizer.decode(out[i, width: width + int(n_generated[i])], skip_special_tokens=True).strip()
-                        for i in range(batch))
+    completions = _decoded(model, out, width, n_generated)
     meta = {"interventions": [str(iv) for iv in steers], "positions": positions, "do_sample": do_sample,
             "seed": seed, "use_cache": use_cache, "native": hf is not None, "model": name_of(model)}
     projections = _projections(alive, recorded) if record else None
     return Generation(tuple(prompts), completions, out.cpu(), prompt_len.cpu(), n_generated.cpu(), projections, meta)
+
+
+def _check_context(model, width: int, max_new_tokens: int) -> None:
+    if model.cfg.n_ctx and width + max_new_tokens - 1 > model.cfg.n_ctx:  # the last forward reads that many positions
+        raise InterpError(f"a prompt of {width} tokens and max_new_tokens={max_new_tokens} run past the model's context "
+                          f"(n_ctx={model.cfg.n_ctx}); pass at most {max(0, model.cfg.n_ctx + 1 - width)} new tokens "
+                          "or a shorter prompt")
+
+
+def _decoded(model, out: Tensor, width: int, n_generated: Tensor) -> tuple[str, ...]:
+    """Each row's generated tokens (after the padded prompt width), decoded."""
+    return tuple(model.tokenizer.decode(out[i, width: width + int(n_generated[i])], skip_special_tokens=True).strip()
+                 for i in range(out.shape[0]))
 
 
 def _native_model(model, sites: list[str], use_cache: bool, native: bool | None):
