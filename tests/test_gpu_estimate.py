@@ -185,7 +185,8 @@ def test_a_bad_benchmark_row_is_refused(tmp_path, rows, top, message):
 def _committed():
     for name in sorted(protocol.REGISTRY):
         path = DOCS / f"{name.replace('-', '_')}_repro.json"
-        if path.exists():
+        # a study of tiny models trained here (grokking) states no GPU figure, so has nothing to recalibrate
+        if path.exists() and "gpu_estimate" in path.read_text():
             yield pytest.param(name, path, id=name)
 
 
