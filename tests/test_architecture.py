@@ -27,7 +27,7 @@ ROOT = Path(__file__).parents[1] / "interp"
 RUNNER = {"interp.run", "interp.hooks"}
 BUILDERS = {"interp.model"}  # sets the loaded bridge's flags (default_prepend_bos) as it builds it
 
-# Violations that remain, in files other engineers own (issue 29). Key: (module, what).
+# Violations that remain, in files other engineers own. Key: (module, what).
 ALLOWED: set[tuple[str, str]] = set()
 # Not checked by ast, listed so a reader sees them: interp.circuits.circuit.AblateOutside keeps
 # per-forward scratch in a `state` dict on a frozen dataclass (the runner has no per-forward

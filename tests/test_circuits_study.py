@@ -69,7 +69,7 @@ def test_bad_input():
 
 
 def test_the_capability_imports_no_study_and_keeps_a_small_surface():
-    """interp.circuits is a capability; its study lives in interp.studies.circuits (issue 29). The
+    """interp.circuits is a capability; its study lives in interp.studies.circuits. The
     architecture test finds cycles between modules, where circuits.study -> studies.units and
     studies.circuits -> circuits.study never closed one; this checks the packages' direction."""
     import ast

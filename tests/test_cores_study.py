@@ -1,4 +1,4 @@
-"""The cores study's controls (issue 26) can fail: planted cases where the control must match the
+"""The cores study's controls can fail: planted cases where the control must match the
 effect (any linear code of a Markov chain's state gives its spectrum) and where it must not (the
 state hidden in a small subspace beside a large distractor); the operator's identity baseline;
 k read on held-out rows; and the study as resumable units at the quick budget."""

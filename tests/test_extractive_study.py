@@ -60,7 +60,7 @@ BASE = dict(first_impl_after=2.0, first_impl_before=9.0, second_impl_after=3.0, 
 
 
 def test_a_graft_worse_than_the_facts_alone_is_not_a_transfer():
-    """Issue 26: grafting beat the control graft but not the facts delta alone, and was called "partly"."""
+    """A graft that beats the control graft but not the facts delta alone shows no transfer (not "partly")."""
     v = extractive.verdicts(_mean(second_learned_seeds=3, **BASE), {})
     assert v["grafting"]["vs_control"]["word"] == REPRODUCED
     assert v["grafting"]["vs_facts_alone"]["word"] == "not reproduced"

@@ -1,4 +1,4 @@
-"""Results name the model as the user named it (issue 29): the spec given to `interp.load`
+"""Results name the model as the user named it: the spec given to `interp.load`
 ("zoo:lm-gpt2", "smollm2-135m", a folder's name), never the cache folder a real model boots from."""
 
 from __future__ import annotations

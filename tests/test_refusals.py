@@ -68,7 +68,7 @@ CASES = [
      "max_new_tokens"),
     ("sweep: executor", lambda m, t: sweep.run(t / "none.toml", t / "out", executor="slurm"), "slurm"),
     ("results: no file", lambda m, t: interp.results.load(t / "nothing.safetensors"), "nothing.safetensors"),
-    # degenerate in-memory inputs (issue 39, item 3): refused at the entry point
+    # degenerate in-memory inputs: refused at the entry point
     ("logits: 3-D tokens", lambda m, t: run.logits(m["gpt2"], m["task"].clean[None]), "shape"),
     ("logits: empty batch", lambda m, t: run.logits(m["gpt2"], m["task"].clean[:0]), "empty"),
     ("logits: past the context", lambda m, t: run.logits(m["gpt2"], torch.ones(1, 65, dtype=torch.long)), "65 positions"),

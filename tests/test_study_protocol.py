@@ -1,4 +1,4 @@
-"""Every study `interp repro` runs has one shape (interp.studies.protocol, issue 29): a NAME, BUDGETS
+"""Every study `interp repro` runs has one shape (interp.studies.protocol): a NAME, BUDGETS
 with quick and paper, repro(progress, models, budget, overrides, units) and write_doc(json_path,
 doc_path); the CLI's names are the registry's, and each registered doc writer refills its committed
 doc from its committed JSON exactly."""

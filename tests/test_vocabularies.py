@@ -1,4 +1,4 @@
-"""Each vocabulary is defined once (issue 29): the CLI keeps its own copies of the option lists
+"""Each vocabulary is defined once: the CLI keeps its own copies of the option lists
 only so that `interp --help` imports no torch, and this test holds every copy to its definition."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Controls that could have produced a core's headline number (issue 26): each effect beside the
+"""Controls that could have produced a core's headline number: each effect beside the
 same measurement made on something that is not the core.
 
 * Spectra (`spectrum_controls`): the least-squares operator over time steps fitted on random
@@ -130,9 +130,9 @@ def bootstrap_r2_diff(pred_a: Tensor, pred_b: Tensor, y: Tensor, *, n_boot: int 
     g = torch.Generator().manual_seed(seed)
     diffs = []
     for _ in range(n_boot):
-        idx = torch.randint(len(y), (len(y),), generator=g)
+        idx = torch.randint(len(y), (len(y),), generator=g, device="cpu").to(y.device)  # a CPU generator: same rows on any device
         diffs.append(_r2(pred_a[idx], y[idx]) - _r2(pred_b[idx], y[idx]))
-    d = torch.tensor(diffs, dtype=torch.float64)
+    d = torch.tensor(diffs, dtype=torch.float64, device="cpu")
     q = (1 - level) / 2
     return [float(d.quantile(q)), float(d.quantile(1 - q))]
 

@@ -3,12 +3,12 @@ attribution graphs."""
 
 from interp.features.dictionary import Dictionary
 
-# attribution graphs (issue 28, item 3)
+# attribution graphs
 from interp.features.attribute import attribute, replacement_logits  # noqa: E402
 from interp.features.graph import AttributionGraph  # noqa: E402
 from interp.features.neuronpedia import from_neuronpedia, to_neuronpedia, write_neuronpedia  # noqa: E402
 
-# dictionaries: training, SAELens files, features as sites (issue 28, items 1-2; issue 38, item 5).
+# dictionaries: training, SAELens files, features as sites.
 # `train` is the module interp.features.train (so interp.features.train.Recipe works); the
 # function is train_dictionaries (calling the module still runs it, with a DeprecationWarning).
 from interp.features import train  # noqa: E402

@@ -128,9 +128,9 @@ class Dictionary:
         rows = self.meta.get("history") or []
         if not rows:
             raise InterpError(f"{self!r} has no training history (meta['history']); dictionaries trained here "
-                              "carry one, loaded ones (SAELens, before issue 38) do not")
+                              "carry one, loaded ones (SAELens, older files) do not")
         keys = ("nmse", "aux", "l0", "dead")
-        values = torch.tensor([[[float(r[k]) for k in keys]] for r in rows])  # cpu: a result
+        values = torch.tensor([[[float(r[k]) for k in keys]] for r in rows], device="cpu")  # a result
         return Grid(values, ("step", "dictionary", "metric"),
                     (tuple(int(r["step"]) for r in rows), (f"{self.kind} {self.site_out}",),
                      ("loss (NMSE)", "AuxK loss", "L0", "dead fraction")),

@@ -159,7 +159,7 @@ def from_neuronpedia(data: dict | str | Path) -> AttributionGraph:
             adjacency=adjacency, kind=col("kind", torch.long), layer=col("layer", torch.long), pos=col("pos", torch.long),
             index=col("index", torch.long), activation=col("activation", torch.float), prob=col("prob", torch.float),
             tokens=tuple(tokens), model=model if model is not None else field(metadata, "scan", str, src, default=""),
-            influence=torch.tensor(influence), labels=labels, meta=meta,
+            influence=torch.tensor(influence, device="cpu"), labels=labels, meta=meta,
         )
     except InterpError as err:
         raise InterpError(f"{src}: {str(err)[:220]}") from None

@@ -43,7 +43,7 @@ __all__ = [
 
 REAL_MODELS = ("smollm2-135m", "gemma3-270m")
 N_SHUFFLES = 20
-N_RANDOM = 20  # random subspaces per validation: a spread needs >= 20 draws (issue 26)
+N_RANDOM = 20  # random subspaces per validation: a spread needs >= 20 draws
 
 
 def shared_vocabulary(models: dict[str, Any]) -> dict[str, tuple]:

@@ -302,7 +302,7 @@ def _retrained(units, family: str, dims: int) -> Path:
 
 def _random_operator(op, g: torch.Generator) -> torch.Tensor:
     """A Gaussian matrix of `op`'s shape scaled to its Frobenius norm (the same-norm null for a transfer)."""
-    m = torch.randn(op.matrix.shape, generator=g, dtype=torch.float64)
+    m = torch.randn(op.matrix.shape, generator=g, dtype=torch.float64, device="cpu").to(op.matrix.device)
     return (m * op.matrix.double().norm() / m.norm()).float()
 
 

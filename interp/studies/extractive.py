@@ -37,7 +37,7 @@ TINY = "tiny-llama"  # a 2-layer random LLaMA over the task's words, built by th
 # models: specs (TINY is built here); seeds: the person -> city assignment and the shuffling;
 # n: people per set; epochs / lr / batch_size: Adam on the facts (the paper trains 7-9B models at lr 3e-6
 # for 8 epochs, batch 8; a 135M model learns the first-hop facts at 8 epochs only at lr 1e-4);
-# hop2_epochs / hop2_lr: the second hop's facts, which that schedule does not teach (issue 25);
+# hop2_epochs / hop2_lr: the second hop's facts, which that schedule does not teach;
 # counterfactuals: other people per prompt for the upstream score (the authors use ten);
 # relation: the grafting facts' relation ("dax": invented, as the paper; "lives_in": shares the hop's delta);
 # layers: also fine-tune with the other layers frozen (four more fine-tunes per seed);
@@ -55,7 +55,7 @@ BUDGETS: dict[str, dict[str, Any]] = {
               "ordering_seeds": [0, 1, 2], "ordering_epochs": 60, "ordering_test_epochs": 30, "ordering_train": 96,
               "ordering_test": 16, "compute": True},
 }
-LEARNED = 1.0  # second-hop facts count as learned at mean rank <= 1 (issue 25); else their implications test nothing
+LEARNED = 1.0  # second-hop facts count as learned at mean rank <= 1; else their implications test nothing
 # the paper's setup, from the authors' code (gradient_grafting.py, data_ordering.py, layer_freezing.py)
 PAPER = {"lr": 3e-6, "epochs": 8, "batch_size": 8, "n": 20, "chance": 9.5, "n_layers": 32, "late_layers": 8,
          "counterfactuals": 10, "models": ["OLMo-7B", "Llama-3-8B", "Gemma-2-9B", "Qwen-2-7B"]}

@@ -545,7 +545,7 @@ def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
         ("Dyck fit / evaluation sizes", f"{values['fit']} fit sequences, {values['rows']} per split, {values['boot']} "
          "bootstrap resamples", "not stated in our copy", "sized so every interval is a few points wide"),
         ("one-hot control", f"{values['onehot_draws']} random one-hot attention draws", "none",
-         "a control that could produce the same-prediction rate (issue 37)"),
+         "a control that could produce the same-prediction rate"),
     ]
     if not code:
         rows.append(("code experiment", "not run (code_steps 0)", "CodeSearchNet: Java trained, JavaScript / PHP / Go held out",
@@ -566,7 +566,7 @@ def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
          f"{values['code_fit']} training windows; paired over the {m['n_layers'] * m['n_heads']} heads",
          "not stated in our copy", "the heads are the paired units, each simplified on its own"),
         ("code control", f"{values['code_draws']} random rank-{values['code_rank']} projections per head", "none",
-         "so the language gap is not from perturbing a head per se (issue 37)"),
+         "so the language gap is not from perturbing a head per se"),
         ("repeated-word positions", "target continues an identifier (past its first character) seen earlier in the window",
          "induction-head-like repeated-word predictions (definition not stated in our copy)", "a definition a script can apply"),
     ]

@@ -1,4 +1,4 @@
-"""The one shape of a study (issue 29) and the registry `interp repro NAME` dispatches through.
+"""The one shape of a study and the registry `interp repro NAME` dispatches through.
 
 A study is a module of interp.studies with `BUDGETS` (at least "quick", what the tests run, and
 "paper") and `repro(progress, models, budget, overrides, units) -> dict`; its doc is written by

@@ -432,7 +432,7 @@ def claim(spec: str, axis: str, core: Sequence[int], randoms: Sequence[Sequence[
 # margin under half of that is "partly" (interp.studies.verdicts, min_share 0.5).
 PAPER = {"flip_rate": 1.0, "control_flip_rate": 0.0,
          "source": "Schiffman 2026, abstract: the flip 'inverts grammatical number throughout open-ended generation'"}
-JUDGED_MIN = 0.8  # the judged fraction a run needs (issue 26) before its flip rate counts
+JUDGED_MIN = 0.8  # the judged fraction a run needs before its flip rate counts
 
 
 def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:

@@ -117,7 +117,7 @@ _TEMPLATES: dict[str, dict[str, tuple[tuple[str, ...], int]]] = {
         "return_arg": (("def {f}({p}):\n    return {answer}",), 0),
     },
 }
-# format-matched prompts (issue 26): one "Q: ...\nA: answer" frame and one solved example for every
+# format-matched prompts: one "Q: ...\nA: answer" frame and one solved example for every
 # templated domain, so a domain's tasks share no more frame tokens with each other than with another
 # domain's. Grammar has no such form (its answer is the next word of a sentence) and is left out.
 _MATCHED: dict[str, dict[str, tuple[tuple[str, ...], int]]] = {
