@@ -32,6 +32,7 @@ import torch
 
 import interp
 from interp import grafting
+from interp.grafting.facts import assignments
 
 
 def main() -> None:
@@ -42,7 +43,7 @@ def main() -> None:
     ap.add_argument("--delta", default=None)
     args = ap.parse_args()
     model = interp.load(args.spec)
-    one, _ = grafting.assignments(20, 0)
+    one, _ = assignments(20, 0)
     facts, impl = grafting.first_hop(model, 20, assignment=one)
     rows = {}
 

@@ -20,6 +20,7 @@ cells = [
         "import torch\n"
         "import interp\n"
         "from interp import grafting, plot, run\n"
+        "from interp.grafting.delta import layer_of\n"
         "torch.set_num_threads(1)\n\n"
         "people, cities, langs = ('alice', 'bob', 'carol', 'dave'), ('paris', 'rome', 'oslo', 'cairo'), ('french', 'italian', 'norwegian', 'arabic')\n"
         "words = people + cities + langs + ('lives', 'in', 'the', 'people', 'city', 'speak')\n"
@@ -46,7 +47,7 @@ cells = [
         "zero = grafting.Delta.zeros(model, grafting.parameters(model))\n"
         "{'half + half == delta': torch.allclose(run.logits(model, tokens, [(half + half).intervention(model)]), run.logits(model, tokens, [iv]), atol=1e-5),\n"
         " 'zero changes nothing': torch.equal(run.logits(model, tokens, [zero.intervention(model)]), run.logits(model, tokens)),\n"
-        " 'layer 1 MLP only': sorted({grafting.layer_of(n) for n in delta.restrict(layers=[1], components=['mlp']).deltas})}"
+        " 'layer 1 MLP only': sorted({layer_of(n) for n in delta.restrict(layers=[1], components=['mlp']).deltas})}"
     ),
     new_markdown_cell(
         "## Extractive scores\n\n"

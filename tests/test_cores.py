@@ -10,6 +10,7 @@ import torch
 import interp
 from interp import cores, results, run
 from interp.cores import linalg
+from interp.cores import analysis
 from interp.errors import InterpError
 from interp.interventions import Project
 from interp.metrics import binary_accuracy, logit_diff
@@ -68,7 +69,7 @@ def test_choose_k_picks_largest_gap_and_respects_max_k():
 @pytest.mark.parametrize("method", ["procrustes", "ridge", "cca"])
 def test_self_alignment_is_identity(method):
     z = torch.randn(500, 4, generator=torch.Generator().manual_seed(1)) * torch.tensor([3.0, 2.0, 1.0, 0.5])
-    m, bias, r2, r2_cv, rho = cores.align_coordinates(z, z, method=method, ridge=1e-9)
+    m, bias, r2, r2_cv, rho = analysis.align_coordinates(z, z, method=method, ridge=1e-9)
     assert torch.allclose(m, torch.eye(4), atol=1e-3)
     assert bias.abs().max() < 1e-3
     assert r2 > 0.999 and r2_cv > 0.999
@@ -78,7 +79,7 @@ def test_self_alignment_is_identity(method):
 def test_procrustes_recovers_a_rotation():
     z = torch.randn(400, 5, generator=torch.Generator().manual_seed(2))
     q = _orthonormal(5, 5, 3)
-    m, bias, r2, _, _ = cores.align_coordinates(z, z @ q + 1.0, method="procrustes")
+    m, bias, r2, _, _ = analysis.align_coordinates(z, z @ q + 1.0, method="procrustes")
     assert torch.allclose(m, q, atol=1e-4)
     assert torch.allclose(bias, torch.ones(5), atol=1e-4)
     assert r2 > 0.9999
@@ -89,7 +90,7 @@ def test_operator_recovers_planted_dynamics():
     a = torch.tensor([[0.5, -0.3], [0.3, 0.5]])  # eigenvalues 0.5 ± 0.3i
     x = torch.randn(3000, 2, generator=g)
     y = x @ a + 0.2 + 0.01 * torch.randn(3000, 2, generator=g)
-    op = cores.operator_from(x, y, source="s", target="s")
+    op = analysis.operator_from(x, y, source="s", target="s")
     assert torch.allclose(op.matrix, a, atol=0.01)
     ev = sorted(op.eigenvalues.tolist(), key=lambda c: c.imag)
     assert abs(ev[0] - complex(0.5, -0.3)) < 0.01 and abs(ev[1] - complex(0.5, 0.3)) < 0.01
@@ -98,7 +99,7 @@ def test_operator_recovers_planted_dynamics():
 
 def test_transfer_through_identity_alignments_keeps_the_operator():
     x = torch.randn(200, 3, generator=torch.Generator().manual_seed(5))
-    op = cores.operator_from(x, x @ _orthonormal(3, 3, 6), source="a", target="b")
+    op = analysis.operator_from(x, x @ _orthonormal(3, 3, 6), source="a", target="b")
     eye = cores.Alignment(torch.eye(3), torch.zeros(3), "procrustes", 1.0, 1.0, torch.ones(3), torch.zeros(3),
                           torch.eye(3), torch.eye(3))
     moved = cores.transfer(op, eye, eye)
@@ -120,7 +121,7 @@ def test_results_save_and_load(tmp_path):
     assert isinstance(again, cores.Core)
     assert torch.equal(again.basis, core.basis) and torch.equal(again.mean, core.mean) and torch.equal(again.spectrum, core.spectrum)
     assert again.site == core.site and again.method == "ace" and again.meta == {"n": 3}
-    op = cores.operator_from(torch.randn(50, 2), torch.randn(50, 2), source="a", target="b", meta={"reference": [[0.5, 0.1]]})
+    op = analysis.operator_from(torch.randn(50, 2), torch.randn(50, 2), source="a", target="b", meta={"reference": [[0.5, 0.1]]})
     op2 = results.load(results.save(op, tmp_path / "op.safetensors"))
     assert isinstance(op2, cores.Operator)
     assert torch.equal(op2.eigenvalues, op.eigenvalues) and torch.equal(op2.matrix, op.matrix) and op2.r2 == op.r2
@@ -279,7 +280,7 @@ def test_rotated_copy_alignment_recovers_the_rotation(tmp_path):
     words = list(DEFAULT_WORDS)
     g = torch.Generator().manual_seed(0)
     prompts = [" ".join(words[int(i)] for i in torch.randint(len(words), (5,), generator=g)) for _ in range(200)]
-    xa, xb = cores.matched_activations(ma, mb, prompts, site, site)
+    xa, xb = analysis.matched_activations(ma, mb, prompts, site, site)
     assert torch.allclose(xa @ q, xb, atol=1e-4)  # the copy really is rotated
     full = lambda m, x: cores.Core(torch.eye(d), x.mean(0), torch.ones(d), site, "identity")  # noqa: E731
     al = cores.align(ma, full(ma, xa), mb, full(mb, xb), prompts, method="procrustes")
@@ -409,5 +410,5 @@ def test_results_render(planted, tmp_path):
     again = results.load(results.save(bars, tmp_path / "bars.safetensors"))
     assert torch.equal(again.grid.values, grid.values) and again.metric == "binary_accuracy"
     assert len(plot.render(core).data) == 1
-    op = cores.operator_from(torch.randn(40, 2), torch.randn(40, 2), source="s", target="s", meta={"reference": [[0.5, 0.1]]})
+    op = analysis.operator_from(torch.randn(40, 2), torch.randn(40, 2), source="s", target="s", meta={"reference": [[0.5, 0.1]]})
     assert len(plot.render(op).data) == 3  # unit circle, reference, operator

@@ -8,6 +8,7 @@ import torch
 
 import interp
 from interp import grafting, run
+from interp.grafting import delta as delta_ops, facts as fact_ops
 from interp.errors import InterpError
 from interp.grafting.scores import _option_loss
 from interp.interventions import Patch
@@ -68,7 +69,7 @@ def test_delta_algebra_and_file_round_trip(tiny, delta, tmp_path):
     for name, t in ((half + half) - delta).deltas.items():
         assert torch.allclose(t, torch.zeros_like(t), atol=1e-7), name
     one = delta.restrict(layers=[1], components=["mlp"])
-    assert one.deltas and all(grafting.layer_of(n) == 1 and grafting.component_of(n) == "mlp" for n in one.deltas)
+    assert one.deltas and all(delta_ops.layer_of(n) == 1 and delta_ops.component_of(n) == "mlp" for n in one.deltas)
     back = grafting.Delta.load(delta.save(tmp_path / "d.safetensors"))
     assert back.model == delta.model and back.provenance["lr"] == delta.provenance["lr"]
     assert all(torch.equal(back.deltas[n], t) for n, t in delta.deltas.items())
@@ -141,9 +142,9 @@ def test_upstream_over_several_counterfactual_people_is_the_mean_of_each(tiny, d
 
 
 def test_invented_relation_and_word_model_vocabulary(tmp_path):
-    model = interp.load(interp.build_tiny("llama", tmp_path / "words", words=grafting.vocabulary(), seed=0, n_layers=1))
+    model = interp.load(interp.build_tiny("llama", tmp_path / "words", words=fact_ops.vocabulary(), seed=0, n_layers=1))
     facts, impl = grafting.first_hop(model, 4, relation="dax")
-    assert facts.template == grafting.RELATIONS["dax"][0] and impl.answers[0] in impl.options
+    assert facts.template == fact_ops.RELATIONS["dax"][0] and impl.answers[0] in impl.options
     assert grafting.encode(model, impl).tokens.ne(1).all()  # no [UNK]: every word is in the vocabulary
     with pytest.raises(InterpError, match="relation"):
         grafting.first_hop(model, 4, relation="zong")
@@ -207,11 +208,11 @@ def test_bad_input(tiny, facts, delta, tmp_path):
 def test_real_model_options_and_known_entities(smollm2):
     facts, impl = grafting.first_hop(smollm2, 20)
     assert len(facts.options) == 20 and impl.chance == 9.5
-    grafting.check_unknown(smollm2, facts)  # invented people: near chance before fine-tuning
+    fact_ops.check_unknown(smollm2, facts)  # invented people: near chance before fine-tuning
     with pytest.raises(InterpError, match="one token"):
-        grafting.option_ids(smollm2, ["Tokyo", "Vrenthaldo"])
+        fact_ops.option_ids(smollm2, ["Tokyo", "Vrenthaldo"])
     cities = [c for c, *_ in grafting.facts.CITIES[:20]]
     langs = [c[2] for c in grafting.facts.CITIES[:20]]
     known = grafting.Facts("known", "In {}, the people speak", tuple(cities), tuple(langs), tuple(langs))
     with pytest.raises(InterpError, match="known to the model"):
-        grafting.check_unknown(smollm2, known)
+        fact_ops.check_unknown(smollm2, known)

@@ -11,6 +11,7 @@ import interp
 from interp import masking, results, run
 from interp.errors import InterpError
 from interp.masking import HeadMask
+from interp.masking import mask as mask_ops, subnets
 from interp.model import hf_config, hf_model_class, save_model_dir
 from interp.tasks.base import BOS_ID, Task, word_tokenizer
 from interp.model import DEFAULT_WORDS
@@ -92,8 +93,8 @@ def test_fractional_mask_interpolates(gpt2, task):
     act, ref = torch.randn(2, 3, 4, 5), torch.randn(3, 4, 5)
     m = torch.tensor([0.0, 0.25, 1.0, 0.5])
     mask = HeadMask(torch.stack([torch.ones(4), m]))
-    refs = {s: interp.interventions.Reference("mean", ref, ref.mean(0)) for s in masking.sites(mask)}
-    ivs = masking.interventions(mask, refs)
+    refs = {s: interp.interventions.Reference("mean", ref, ref.mean(0)) for s in mask_ops.sites(mask)}
+    ivs = mask_ops.interventions(mask, refs)
     assert [iv.sites for iv in ivs] == [("blocks.1.attn.hook_z",)]  # the all-ones layer 0 is left alone
     out = ivs[0](act, site="blocks.1.attn.hook_z")
     torch.testing.assert_close(out, (act - ref) * m[:, None] + ref)
@@ -130,7 +131,7 @@ def test_batched_ablation_scan_equals_one_at_a_time(tiny_models, family, ablatio
     ref = task.clean if ablation == "mean" else task.corrupt
     L, H = model.cfg.n_layers, model.cfg.n_heads
     full = HeadMask.full(model)
-    refs = run.reference(model, masking.sites(full), ablation, ref)
+    refs = run.reference(model, mask_ops.sites(full), ablation, ref)
     metric = interp.metrics.for_task(task)
     assert grid.meta["baseline"] == pytest.approx(float(metric(run.logits(model, task.clean))), abs=1e-5)
     for layer in range(L):
@@ -140,7 +141,7 @@ def test_batched_ablation_scan_equals_one_at_a_time(tiny_models, family, ablatio
                 heads[layer, unit] = 0.0
             else:
                 mlps[layer] = 0.0
-            with torch.no_grad(), run.intervened(model, masking.interventions(HeadMask(heads, mlps), refs)):
+            with torch.no_grad(), run.intervened(model, mask_ops.interventions(HeadMask(heads, mlps), refs)):
                 want = float(metric(model(task.clean)))
             assert grid.values[layer, unit].item() == pytest.approx(want, abs=1e-4), (layer, unit)
 
@@ -190,7 +191,7 @@ def test_core_and_overlap(gpt2):
     assert torch.equal(masking.heuristic_core([a]).mlps, a.mlps)
     core = masking.heuristic_core([a, b])
     assert core.kept_heads() == [(0, 1)] and core.kept_mlps() == [0]
-    grid = masking.overlap([a, b])
+    grid = subnets.overlap([a, b])
     assert grid.axes == ("model", "other")
     assert grid.values[0, 0] == 1.0 and grid.values[0, 1].item() == pytest.approx(2 / 5)
     with pytest.raises(InterpError, match="at least one"):
@@ -200,21 +201,21 @@ def test_core_and_overlap(gpt2):
 def test_mean_over_tokens_is_one_mean_per_head_everywhere(gpt2, task):
     """mean_over="tokens" (the official Heuristic-Core reference): each head's mean over every
     token of the reference rows, hand-computed from the cache, at every position."""
-    names = masking.sites(HeadMask.full(gpt2))
-    refs = masking.references(gpt2, names, "mean", task.clean, "tokens")
+    names = mask_ops.sites(HeadMask.full(gpt2))
+    refs = mask_ops.references(gpt2, names, "mean", task.clean, "tokens")
     _, acts = run.cache(gpt2, task.clean, names)
     for n in names:
         want = acts[n].flatten(0, 1).mean(0)  # [head, d_head] or [d_model]: no padding in random rows
         got = refs[n].like(acts[n][:, :3], start=2)  # any window, even past the reference width
         assert torch.allclose(got, want.expand_as(got), atol=1e-5)
-    per_pos = masking.references(gpt2, names, "mean", task.clean, "position")[names[0]]
+    per_pos = mask_ops.references(gpt2, names, "mean", task.clean, "position")[names[0]]
     assert not torch.allclose(per_pos.values[0], per_pos.values[1])  # the default differs per position
     whole = HeadMask.full(gpt2, 0.0)
     with torch.no_grad(), masking.apply(gpt2, whole, reference=task.clean, mean_over="tokens"):
         out = gpt2(task.clean)
     assert torch.allclose(out[:, 0], out[:, 0][:1].expand_as(out[:, 0]), atol=1e-4)  # the input no longer matters
     with pytest.raises(Exception, match="mean_over"):  # InterpError; under the tests' type checks, theirs first
-        masking.references(gpt2, names, "mean", task.clean, "rows")
+        mask_ops.references(gpt2, names, "mean", task.clean, "rows")
 
 
 # ---------------------------------------------------------------------------- learned masks
@@ -339,7 +340,7 @@ def test_subnetworks_evaluate_and_study(gpt2, task):
         full = float(interp.metrics.for_task(task)(gpt2(task.clean)))
     assert grid.values[0, 0, 1].item() == pytest.approx(full, abs=1e-5)
     for i, m in enumerate([None, *masks]):  # each batched variant equals its own run
-        ivs = [] if m is None else masking.interventions(m, run.reference(gpt2, masking.sites(m), "mean", task.clean))
+        ivs = [] if m is None else mask_ops.interventions(m, run.reference(gpt2, mask_ops.sites(m), "mean", task.clean))
         logits = run.logits(gpt2, task.clean, ivs)
         acc = float(interp.metrics.binary_accuracy(logits, task.correct, task.incorrect, task.answer_pos).mean())
         assert grid.values[i, 0, 0].item() == pytest.approx(acc, abs=1e-6)
@@ -368,7 +369,7 @@ def test_effective_size(gpt2, task):
     eff = masking.effective_size(gpt2, task, [task], tolerance=1.0, sparsities=(0.5,), steps=5, batch_size=8)
     assert eff.curve.axes == ("k", "split") and eff.curve.labels[0][-1] == 10  # the full model
     assert eff.fraction == pytest.approx(min(eff.curve.labels[0]) / 10)  # tolerance 1.0 accepts any accuracy
-    assert masking.smallest_within([10, 5, 2], torch.tensor([[0.9], [0.89], [0.5]]), torch.tensor([0.9]), 0.02) == 5
+    assert subnets.smallest_within([10, 5, 2], torch.tensor([[0.9], [0.89], [0.5]]), torch.tensor([0.9]), 0.02) == 5
     assert eff.to_grid().meta["chart"] == "lines" and eff.meta["n_units"] == 10
 
 
@@ -418,7 +419,7 @@ def test_reference_errors(gpt2, task):
     with pytest.raises(Exception, match="mean_ablate"):  # jaxtyping catches it first under the test checker
         masking.ablation_scan(gpt2, task, ablation="mean_ablate")
     with pytest.raises(InterpError, match="no reference for blocks.0.attn.hook_z"):
-        masking.interventions(HeadMask.full(gpt2, 0.0), {})
+        mask_ops.interventions(HeadMask.full(gpt2, 0.0), {})
     with pytest.raises(InterpError, match=r"mask covers \[layer, head\]"):
         with masking.apply(gpt2, HeadMask(torch.ones(3, 4)), ablation="zero"):
             pass

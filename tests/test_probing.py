@@ -15,6 +15,7 @@ from interp import probing, run
 from interp.errors import InterpError
 from interp.interventions import WeightMask
 from interp.probing.probe import levels
+from interp.probing.overlap import top_fraction
 from interp.storage import load_state
 from interp.tasks import domains, multidomain
 
@@ -133,7 +134,7 @@ def test_overlap_grid_jaccard_invariants(llama):
     assert torch.equal(grid.values, grid.values.T) and torch.equal(grid.values.diag(), torch.ones(3))
     assert grid.meta["within"] == pytest.approx(float(grid.values[0, 1]))
     assert grid.meta["across"] == pytest.approx(float(grid.values[2, :2].mean()))
-    top = probing.top_fraction(torch.arange(10.0), 0.3)
+    top = top_fraction(torch.arange(10.0), 0.3)
     assert top.tolist() == [False] * 7 + [True] * 3
     assert len(lins) == len(a.norms)
 

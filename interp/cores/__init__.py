@@ -29,16 +29,20 @@ quantity (core / random_mean / random_std) and metric (see interp.tensors).
 The paper's toy-scale study (`interp repro cores`) lives in `interp.studies.cores`.
 """
 
+from interp.errors import outside_surface
 from interp.cores import linalg
-from interp.cores.analysis import (
-    INTERVENTIONS, activations, align, align_coordinates, extract, fit_operator, fourier_power, gradients,
-    matched_activations, operator_from, score_operator, sequence_coordinates, transfer, validate,
-)
+from interp.cores.analysis import INTERVENTIONS, activations, align, extract, fit_operator, fourier_power, gradients, score_operator, transfer, validate
 from interp.cores.results import Alignment, Core, Operator, ValidationBars
 
-# The surface (`from interp.cores import *`, the docs): at most 15 names. Every other name imported
-# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "INTERVENTIONS", "Alignment", "Core", "Operator", "ValidationBars", "activations", "align", "extract",
-    "fit_operator", "gradients", "linalg", "score_operator", "transfer", "validate"
+    "Alignment", "Core", "INTERVENTIONS", "Operator", "ValidationBars", "activations", "align", "extract",
+    "fit_operator", "fourier_power", "gradients", "linalg", "score_operator", "transfer", "validate"
 ]
+
+# Names that left the surface: they still import from here, with a DeprecationWarning naming their module.
+__getattr__ = outside_surface(__name__, {
+    "align_coordinates": "interp.cores.analysis",
+    "matched_activations": "interp.cores.analysis",
+    "operator_from": "interp.cores.analysis",
+    "sequence_coordinates": "interp.cores.analysis",
+})

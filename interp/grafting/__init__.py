@@ -6,45 +6,34 @@ fine-tuning as a weight delta (`finetune` -> `Delta`: add, subtract, restrict, a
 (`graft`) and the data-ordering experiment at zoo scale (`data_ordering`).
 """
 
-from interp.grafting.delta import (
-    COMPONENTS,
-    Delta,
-    component_of,
-    finetune,
-    layer_of,
-    parameters,
-)
-from interp.grafting.experiments import (
-    early_late,
-    graft,
-    hop,
-    layer_restriction,
-    layer_split,
-    ranks_under,
-)
-from interp.grafting.facts import (
-    RELATIONS,
-    Facts,
-    assignments,
-    check_unknown,
-    encode,
-    first_hop,
-    mean_rank,
-    option_ids,
-    second_hop,
-    vocabulary,
-)
-from interp.grafting.ordering import ORDERS, data_ordering, world
-from interp.grafting.scores import (
-    ExtractiveScores,
-    extractive_scores,
-    informative_by_component,
-    per_component_backward,
-)
+from interp.errors import outside_surface
+from interp.grafting.delta import Delta, finetune, parameters
+from interp.grafting.experiments import graft
+from interp.grafting.facts import Facts, encode, first_hop, mean_rank, second_hop
+from interp.grafting.ordering import data_ordering
+from interp.grafting.scores import ExtractiveScores, extractive_scores, informative_by_component, per_component_backward
 
-# The surface (`from interp.grafting import *`, the docs): at most 15 names. Every other name imported
-# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "Delta", "ExtractiveScores", "Facts", "data_ordering", "encode", "extractive_scores", "finetune", "first_hop",
-    "graft", "informative_by_component", "mean_rank", "parameters", "per_component_backward", "second_hop"
+    "Delta", "ExtractiveScores", "Facts", "data_ordering", "encode", "extractive_scores", "finetune",
+    "first_hop", "graft", "informative_by_component", "mean_rank", "parameters", "per_component_backward",
+    "second_hop"
 ]
+
+# Names that left the surface: they still import from here, with a DeprecationWarning naming their module.
+__getattr__ = outside_surface(__name__, {
+    "COMPONENTS": "interp.grafting.delta",
+    "ORDERS": "interp.grafting.ordering",
+    "RELATIONS": "interp.grafting.facts",
+    "assignments": "interp.grafting.facts",
+    "check_unknown": "interp.grafting.facts",
+    "component_of": "interp.grafting.delta",
+    "early_late": "interp.grafting.experiments",
+    "hop": "interp.grafting.experiments",
+    "layer_of": "interp.grafting.delta",
+    "layer_restriction": "interp.grafting.experiments",
+    "layer_split": "interp.grafting.experiments",
+    "option_ids": "interp.grafting.facts",
+    "ranks_under": "interp.grafting.experiments",
+    "vocabulary": "interp.grafting.facts",
+    "world": "interp.grafting.ordering",
+})

@@ -33,15 +33,22 @@ training) are options: see `learn_mask`.
 """
 
 
+from interp.errors import outside_surface
 from interp.masking.learn import HardConcrete, learn_mask, learn_masks, subnetworks
-from interp.masking.mask import HeadMask, ablation_scan, apply, interventions, references, sites
-from interp.masking.subnets import (
-    EffectiveSize, Study, core_baseline, effective_size, evaluate, heuristic_core, overlap, random_like, smallest_within, study,
-)
+from interp.masking.mask import HeadMask, ablation_scan, apply
+from interp.masking.subnets import EffectiveSize, Study, core_baseline, effective_size, evaluate, heuristic_core, random_like, study
 
-# The surface (`from interp.masking import *`, the docs): at most 15 names. Every other name imported
-# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "EffectiveSize", "HardConcrete", "HeadMask", "Study", "ablation_scan", "apply", "core_baseline", "effective_size", "evaluate",
-    "heuristic_core", "learn_mask", "learn_masks", "random_like", "study", "subnetworks"
+    "EffectiveSize", "HardConcrete", "HeadMask", "Study", "ablation_scan", "apply", "core_baseline",
+    "effective_size", "evaluate", "heuristic_core", "learn_mask", "learn_masks", "random_like", "study",
+    "subnetworks"
 ]
+
+# Names that left the surface: they still import from here, with a DeprecationWarning naming their module.
+__getattr__ = outside_surface(__name__, {
+    "interventions": "interp.masking.mask",
+    "overlap": "interp.masking.subnets",
+    "references": "interp.masking.mask",
+    "sites": "interp.masking.mask",
+    "smallest_within": "interp.masking.subnets",
+})

@@ -18,33 +18,25 @@ swapped for one forward by `interp.run` and never written. Domain tasks: `interp
 `interp.studies.specialization`.
 """
 
-from interp.probing.overlap import jaccard, overlap, overlap_null, top_fraction, within_minus_across
-from interp.probing.probe import (
-    GROUPINGS,
-    Probe,
-    check_model,
-    levels,
-    magnitude_like,
-    per_matrix,
-    probe,
-    random_like,
-    sparsity_of,
-)
-from interp.probing.scores import (
-    KINDS,
-    Linear,
-    WeightScores,
-    fingerprint,
-    input_norms,
-    linears,
-    magnitude,
-    random_scores,
-    wanda,
-)
+from interp.errors import outside_surface
+from interp.probing.overlap import jaccard, overlap, overlap_null, within_minus_across
+from interp.probing.probe import Probe, magnitude_like, probe, random_like
+from interp.probing.scores import WeightScores, input_norms, linears, magnitude, random_scores, wanda
 
-# The surface (`from interp.probing import *`, the docs): at most 15 names. Every other name imported
-# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "Probe", "WeightScores", "input_norms", "jaccard", "linears", "magnitude", "overlap", "overlap_null", "probe",
-    "random_scores", "wanda", "within_minus_across"
+    "Probe", "WeightScores", "input_norms", "jaccard", "linears", "magnitude", "magnitude_like", "overlap",
+    "overlap_null", "probe", "random_like", "random_scores", "wanda", "within_minus_across"
 ]
+
+# Names that left the surface: they still import from here, with a DeprecationWarning naming their module.
+__getattr__ = outside_surface(__name__, {
+    "GROUPINGS": "interp.probing.probe",
+    "KINDS": "interp.probing.scores",
+    "Linear": "interp.probing.scores",
+    "check_model": "interp.probing.probe",
+    "fingerprint": "interp.probing.scores",
+    "levels": "interp.probing.probe",
+    "per_matrix": "interp.probing.probe",
+    "sparsity_of": "interp.probing.probe",
+    "top_fraction": "interp.probing.overlap",
+})

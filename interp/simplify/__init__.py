@@ -37,18 +37,28 @@ Results: `faithfulness` -> Grid [split, metric, quantity]; `rank_sweep` / `k_swe
 pairs. The Dyck study of the paper lives in `interp.studies.illusions`.
 """
 
-from interp.simplify.core import (
-    IGNORE, HeadSpec, Rows, collect, dyck_rows, js_divergence, kmeans_centroids, nearest, onehot_scores, project,
-    svd_basis,
-)
-from interp.simplify.faithfulness import (
-    METRICS, QUANTITIES, AttentionComparison, Sweep, compare_attention, faithfulness, k_sweep, rank_sweep,
-)
-from interp.simplify.simplifiers import KMeansSimplifier, OneHotSimplifier, Simplifier, SVDSimplifier, kmeans, onehot, svd
+from interp.errors import outside_surface
+from interp.simplify.core import dyck_rows
+from interp.simplify.faithfulness import METRICS, AttentionComparison, Sweep, compare_attention, faithfulness, k_sweep, rank_sweep
+from interp.simplify.simplifiers import KMeansSimplifier, OneHotSimplifier, SVDSimplifier, kmeans, onehot, svd
 
-# The surface (`from interp.simplify import *`, the docs): at most 15 names. Every other name imported
-# above stays importable from here for existing code; new code imports it from its module.
 __all__ = [
-    "METRICS", "AttentionComparison", "KMeansSimplifier", "OneHotSimplifier", "SVDSimplifier", "Sweep",
+    "AttentionComparison", "KMeansSimplifier", "METRICS", "OneHotSimplifier", "SVDSimplifier", "Sweep",
     "compare_attention", "dyck_rows", "faithfulness", "k_sweep", "kmeans", "onehot", "rank_sweep", "svd"
 ]
+
+# Names that left the surface: they still import from here, with a DeprecationWarning naming their module.
+__getattr__ = outside_surface(__name__, {
+    "HeadSpec": "interp.simplify.core",
+    "IGNORE": "interp.simplify.core",
+    "QUANTITIES": "interp.simplify.faithfulness",
+    "Rows": "interp.simplify.core",
+    "Simplifier": "interp.simplify.simplifiers",
+    "collect": "interp.simplify.core",
+    "js_divergence": "interp.simplify.core",
+    "kmeans_centroids": "interp.simplify.core",
+    "nearest": "interp.simplify.core",
+    "onehot_scores": "interp.simplify.core",
+    "project": "interp.simplify.core",
+    "svd_basis": "interp.simplify.core",
+})
