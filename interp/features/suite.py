@@ -6,10 +6,13 @@ budget, and where they live.
     python -m interp.studies.features_doc --json F --doc D            render D's regions from F
 
 NAME is "zoo" (zoo:lm-gpt2: a transcoder per layer and an SAE on the middle residual stream,
-its own English text) or "smollm2" (smollm2-135m: a transcoder per layer, 30, and an SAE on layer
-15's residual stream, read from the "docstrings" text). Weights go to
-$INTERP_CACHE/dictionaries/<model>/<budget>/ (never into the repository): load one with
-`interp.features.load_dictionaries("smollm2")` or `Dictionary.load(path)`.
+its own English text), "smollm2" (smollm2-135m: a transcoder per layer, 30, and an SAE on layer
+15's residual stream, read from the "docstrings" text) or "smollm2-english" (smollm2-135m: 16,384-
+feature transcoders, read from the "english" text, budgets "cpu16k" and "full16k"; `--layers 3,15,27` trains a subset of the
+layers from the same forwards, `--tokens N` raises the budget, `--every N` keeps the
+dictionaries after each N tokens under <folder>/tokens-<n>/ for a curve). Weights go to
+$INTERP_CACHE/dictionaries/<model>/<budget>[-layers-...]/ (never into the repository): load one
+with `interp.features.load_dictionaries("smollm2")` or `Dictionary.load(path)`.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 import platform
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -38,16 +41,23 @@ class Suite:
     model: str
     source: str
     n_layers: int
-    sae_layer: int
+    sae_layer: int | None  # None: transcoders only
     budgets: dict  # budget -> Recipe
     n_ctx: int = 128
     zoo_rows: int = 20000  # sentences for the zoo source
     eval_rows: int = 8  # held-out rows scored
     fit_rows: int = 32  # training rows the dense controls are fitted on
 
-    def pairs(self) -> list[tuple[str, str]]:
+    def pairs(self, layers: tuple[int, ...] | None = None) -> list[tuple[str, str]]:
+        """The (site_in, site_out) of each dictionary: a transcoder at each of `layers` (all by
+        default), then the SAE (only with every layer)."""
+        if layers is not None and (not layers or any(not 0 <= l < self.n_layers for l in layers)):
+            raise InterpError(f"layers {layers} must be a non-empty subset of 0..{self.n_layers - 1}")
+        out = [mlp_sites(l) for l in (range(self.n_layers) if layers is None else layers)]
+        if self.sae_layer is None or layers is not None:
+            return out
         sae = f"blocks.{self.sae_layer}.hook_resid_post"
-        return [mlp_sites(l) for l in range(self.n_layers)] + [(sae, sae)]
+        return out + [(sae, sae)]
 
 
 SUITES = {
@@ -59,6 +69,14 @@ SUITES = {
         "quick": Recipe(n_features=256, k=16, tokens=4_000, rows=4, dead_after=2_000, checkpoint_every=2),
         "cpu": Recipe(n_features=1024, k=32, lr=2e-3, tokens=135_000, rows=4, dead_after=20_000, checkpoint_every=30),
     }),
+    # 16,384 features a layer: "cpu16k" is what a few layers reach in about an hour of one CPU core,
+    # "full16k" every layer at a budget for a GPU; held-out scoring reads 64 rows (8,128 tokens), enough
+    # for a feature firing once in 500 tokens to be seen about 16 times
+    "smollm2-english": Suite("smollm2-135m", "english", 30, None, {
+        "cpu16k": Recipe(n_features=16384, k=32, lr=2e-3, tokens=80_000, rows=8, dead_after=10_000, checkpoint_every=5),
+        "full16k": Recipe(n_features=16384, k=32, lr=1e-3, tokens=100_000_000, rows=64, dead_after=1_000_000,
+                       checkpoint_every=100),
+    }, eval_rows=64),
 }
 
 
@@ -71,10 +89,12 @@ def _suite(name: str, budget: str) -> tuple[Suite, Recipe]:
     return suite, suite.budgets[budget]
 
 
-def folder(name: str, budget: str = "cpu") -> Path:
-    """Where suite `name`'s dictionaries at `budget` are kept ($INTERP_CACHE/dictionaries/...)."""
+def folder(name: str, budget: str = "cpu", layers: tuple[int, ...] | None = None) -> Path:
+    """Where suite `name`'s dictionaries at `budget` (of `layers`, all by default) are kept
+    ($INTERP_CACHE/dictionaries/...)."""
     suite, _ = _suite(name, budget)
-    return cache_dir() / "dictionaries" / suite.model.replace(":", "-") / budget
+    tail = budget if layers is None else f"{budget}-layers-{'-'.join(map(str, layers))}"
+    return cache_dir() / "dictionaries" / suite.model.replace(":", "-") / tail
 
 
 def _data(model, suite: Suite):
@@ -89,22 +109,37 @@ def _data(model, suite: Suite):
     return rows[:-n], valid[:-n], rows[-n:], valid[-n:]  # the text's last rows are never trained on
 
 
-def train_suite(name: str, budget: str = "cpu", *, progress: bool = True) -> dict[tuple[str, str], Dictionary]:
+def train_suite(name: str, budget: str = "cpu", *, layers: tuple[int, ...] | None = None, tokens: int | None = None,
+                every: int | None = None, progress: bool = True) -> dict[tuple[str, str], Dictionary]:
+    """Train (or resume) suite `name` at `budget`: every layer, or `layers` from the same forwards;
+    `tokens` raises the budget's token count (a finished run goes on); `every` trains in stretches
+    of that many tokens and keeps each stretch's dictionaries under <folder>/tokens-<n>/."""
     import interp
 
     suite, recipe = _suite(name, budget)
+    recipe = recipe if tokens is None else replace(recipe, tokens=tokens)
     model = interp.load(suite.model)
     rows, valid, _, _ = _data(model, suite)
-    return train_dictionaries(model, suite.pairs(), rows, valid, folder(name, budget), recipe=recipe, model_name=suite.model,
-                 source=describe(suite.source), progress=progress)
+    out = folder(name, budget, layers)
+    marks = [recipe.tokens] if every is None else [*range(every, recipe.tokens, every), recipe.tokens]
+    for mark in marks:
+        if every is not None and (out / f"tokens-{mark}").exists():
+            continue  # kept by an earlier call
+        result = train_dictionaries(model, suite.pairs(layers), rows, valid, out, recipe=replace(recipe, tokens=mark),
+                                    model_name=suite.model, source=describe(suite.source), progress=progress)
+        if every is not None:
+            for i, d in enumerate(result.values()):
+                d.save(out / f"tokens-{mark}" / f"{i}.safetensors")
+    return result
 
 
-def load_dictionaries(name: str, budget: str = "cpu") -> dict[tuple[str, str], Dictionary]:
+def load_dictionaries(name: str, budget: str = "cpu", layers: tuple[int, ...] | None = None
+                      ) -> dict[tuple[str, str], Dictionary]:
     """Suite `name`'s trained dictionaries by (site_in, site_out): the finished ones, else the
     latest checkpoint's (their meta["tokens"] says how far they got)."""
-    out = folder(name, budget)
+    out = folder(name, budget, layers)
     suite, _ = _suite(name, budget)
-    files = [out / f"{i}.safetensors" for i in range(len(suite.pairs()))]
+    files = [out / f"{i}.safetensors" for i in range(len(suite.pairs(layers)))]
     if all(f.exists() for f in files):
         return {(d.site_in, d.site_out): d for d in map(Dictionary.load, files)}
     return from_checkpoint(out)
@@ -177,11 +212,15 @@ def main(argv=None) -> None:
     p.add_argument("names", nargs="*", default=sorted(SUITES))
     p.add_argument("--budget", default="cpu")
     p.add_argument("--json", default="docs/features.json", help="score: the JSON written")
+    p.add_argument("--layers", default=None, help="train: these layers only, e.g. 3,15,27 (default: all)")
+    p.add_argument("--tokens", type=int, default=None, help="train: this many tokens (default: the budget's)")
+    p.add_argument("--every", type=int, default=None, help="train: keep the dictionaries after every N tokens")
     a = p.parse_args(argv)
+    layers = None if a.layers is None else tuple(int(l) for l in a.layers.split(","))
     if a.what == "train":
         for name in a.names:
-            train_suite(name, a.budget)
-            print(f"saved under {folder(name, a.budget)}")
+            train_suite(name, a.budget, layers=layers, tokens=a.tokens, every=a.every)
+            print(f"saved under {folder(name, a.budget, layers)}")
     else:
         text = json.dumps(score_all(a.names, a.budget), indent=1)
         write_text_atomic(a.json, text + "\n")
