@@ -13,6 +13,13 @@
                  transcoder the best affine map of the MLP's input to its output (least squares:
                  what a linear MLP would do), for an SAE the top round(l0) principal components
                  (a dense code as wide as the sparse one's active set)
+    fve_random   the same FVE from random features of the same width and L0 (`random_control`):
+                 a random Gaussian encoder, each token's top round(L0) features (L0 of the
+                 dictionary on the fit tokens), each feature's output direction the mean target
+                 (minus its mean) over the fit tokens that fire it, weighted by the activation,
+                 and one least-squares scale; what a dictionary of this size and sparsity gives
+                 with a readout fitted but no features learned. ce_random and ce_recovered_random
+                 are its splice's numbers (with `fit_tokens` and ce)
 
 Every replacement acts on the trainable positions only (not BOS, not padding), the positions the
 dictionary was trained on; BOS keeps its own activation in all four runs. The spliced run reads
@@ -24,7 +31,7 @@ and dead from the clean forwards alone.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -35,7 +42,7 @@ from interp.features.dictionary import Dictionary
 from interp.interventions import Patch
 from interp.run import cache, evaluate
 
-__all__ = ["ce_loss", "scores"]
+__all__ = ["ce_loss", "random_control", "scores"]
 
 
 def ce_loss(logits_: Tensor, tokens: Tensor, valid: Tensor) -> float:
@@ -77,7 +84,11 @@ def scores(model, dictionaries: Sequence[Dictionary], tokens: Tensor, valid: Ten
         fit = {n: torch.cat(a) for n, a in fit.items()}
     out = []
     for d in tqdm(dictionaries, desc="scoring", disable=not progress):
-        row = _one(model, d, chunks, ce)
+        control = None
+        if fit is not None:
+            fit_l0 = float((d.encode(fit[d.site_in]) > 0).sum(-1).float().mean())
+            control = random_control(d.n_features, max(1, round(fit_l0)), fit[d.site_in], fit[d.site_out])
+        row = _one(model, d, chunks, ce, control)
         if fit is not None:
             x = torch.cat([a[d.site_in][v] for _, v, _, a in chunks])
             y = torch.cat([a[d.site_out][v] for _, v, _, a in chunks])
@@ -103,12 +114,44 @@ def _control_fve(d: Dictionary, x_fit: Tensor, y_fit: Tensor, x: Tensor, y: Tens
     return _fve(y, mean + ((y - mean) @ basis) @ basis.T)
 
 
-def _one(model, d: Dictionary, chunks, with_ce: bool) -> dict[str, float]:
+def random_control(n_features: int, l0: int, x_fit: Tensor, y_fit: Tensor, *, seed: int = 0,
+                   chunk: int = 1024) -> Callable[[Tensor], Tensor]:
+    """x [..., d_in] -> y_hat [..., d_out] of random features fitted as the module docstring says
+    (fve_random), on the fit activations x_fit [tokens, d_in], y_fit [tokens, d_out]."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(x_fit.shape[-1], n_features, generator=gen).to(x_fit.device, x_fit.dtype)  # drawn on the CPU: one seed, one control
+
+    def code(x: Tensor) -> Tensor:  # [tokens, n_features], each row's top l0 of relu(x w)
+        h = torch.relu(x @ w)
+        top = h.topk(l0, dim=-1)
+        return torch.zeros_like(h).scatter(-1, top.indices, top.values)
+
+    mean = y_fit.mean(0)
+    num = torch.zeros(n_features, y_fit.shape[-1], device=y_fit.device, dtype=y_fit.dtype)
+    den = torch.zeros(n_features, device=y_fit.device, dtype=y_fit.dtype)
+    for i in range(0, len(x_fit), chunk):  # chunks: [chunk, n_features] codes, never all the fit tokens' at once
+        f = code(x_fit[i : i + chunk])
+        num += f.T @ (y_fit[i : i + chunk] - mean)
+        den += f.sum(0)
+    dec = num / den.clamp_min(1e-12)[:, None]  # a silent feature's direction is zero
+    z = torch.cat([code(x_fit[i : i + chunk]) @ dec for i in range(0, len(x_fit), chunk)])
+    scale = float((z * (y_fit - mean)).sum() / (z * z).sum().clamp_min(1e-12))
+
+    def apply(x: Tensor) -> Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch.cat([code(flat[i : i + chunk]) @ dec for i in range(0, len(flat), chunk)])
+        return (mean + scale * out).reshape(*x.shape[:-1], -1)
+
+    return apply
+
+
+def _one(model, d: Dictionary, chunks, with_ce: bool, control: Callable | None = None) -> dict[str, float]:
     n = sum(int(v.sum()) for _, v, _, _ in chunks)
     ys = torch.cat([a[d.site_out][v] for _, v, _, a in chunks])  # [tokens, d_out]
     mean = ys.mean(0)
-    err, l0, fired = 0.0, 0.0, torch.zeros(d.n_features, dtype=torch.bool)
-    ce = {k: 0.0 for k in ("ce_clean", "ce_spliced", "ce_zero", "ce_mean")}
+    err, err_random, l0, fired = 0.0, 0.0, 0.0, torch.zeros(d.n_features, dtype=torch.bool)
+    keys = ("ce_spliced", "ce_zero", "ce_mean") + (("ce_random",) if control is not None else ())
+    ce = dict.fromkeys(("ce_clean",) + keys, 0.0)
     weight = 0
     for t, v, clean, acts in chunks:
         x, y = acts[d.site_in], acts[d.site_out]
@@ -117,22 +160,30 @@ def _one(model, d: Dictionary, chunks, with_ce: bool) -> dict[str, float]:
         err += float((y - y_hat)[v].pow(2).sum())
         l0 += float((f[v] > 0).sum())
         fired |= (f[v] > 0).any(0)
+        replacements = [y_hat, torch.zeros_like(y), mean.expand_as(y)]
+        if control is not None:
+            replacements.append(control(x))
+            err_random += float((y - replacements[-1])[v].pow(2).sum())
         if not with_ce:
             continue
         keep = v[..., None]
-        sources = [torch.where(keep, new, y).to(model.cfg.dtype).to(model.cfg.device)
-                   for new in (y_hat, torch.zeros_like(y), mean.expand_as(y))]
+        sources = [torch.where(keep, new, y).to(model.cfg.dtype).to(model.cfg.device) for new in replacements]
         rows = t.to(model.cfg.device)
         metric = lambda logits, rows=rows, v=v: torch.tensor(ce_loss(logits, rows, v))
         out = evaluate(model, rows, [[Patch(d.site_out, s)] for s in sources], metric, progress=False)
         w = int(v[:, 1:].sum())
         weight += w
         ce["ce_clean"] += clean * w
-        for key, value in zip(("ce_spliced", "ce_zero", "ce_mean"), out.tolist()):
+        for key, value in zip(keys, out.tolist()):
             ce[key] += value * w
-    row = {"fve": 1 - err / float((ys - mean).pow(2).sum()), "l0": l0 / n, "dead": float((~fired).float().mean())}
+    total = float((ys - mean).pow(2).sum())
+    row = {"fve": 1 - err / total, "l0": l0 / n, "dead": float((~fired).float().mean())}
+    if control is not None:
+        row["fve_random"] = 1 - err_random / total
     if with_ce:
         ce = {k: v / weight for k, v in ce.items()}
-        row.update(ce, ce_recovered=(ce["ce_zero"] - ce["ce_spliced"]) / (ce["ce_zero"] - ce["ce_clean"]),
-                   ce_recovered_mean=(ce["ce_mean"] - ce["ce_spliced"]) / (ce["ce_mean"] - ce["ce_clean"]))
+        recovered = lambda spliced, floor: (ce[floor] - ce[spliced]) / (ce[floor] - ce["ce_clean"])
+        row.update(ce, ce_recovered=recovered("ce_spliced", "ce_zero"), ce_recovered_mean=recovered("ce_spliced", "ce_mean"))
+        if control is not None:
+            row["ce_recovered_random"] = recovered("ce_random", "ce_zero")
     return {**row, "tokens": n}
