@@ -25,12 +25,16 @@ __all__ = ["Dictionary"]
 @result
 @dataclass(frozen=True)
 class Dictionary:
-    """f = act(x @ W_enc + b_enc); x_hat = f @ W_dec + b_dec.
+    """f = act(x @ W_enc + b_enc); x_hat = f @ W_dec + b_dec (+ x @ W_skip).
 
     site_in: the full hook name read (x); site_out: the full hook name rebuilt (x_hat). The same site
     makes a sparse autoencoder; the MLP's input and output sites make a transcoder.
     threshold: JumpReLU thresholds per feature (a feature fires only above it); None is ReLU.
+    k: a TopK dictionary's number of features kept per token (its k largest activations, the rest
+    zeroed, after the threshold when both are set); None keeps every feature that fires.
     model: the name of the model the dictionary was trained on. meta: provenance (JSON values).
+    W_skip: a skip transcoder's linear path from its input to its output [d_in, d_out], added to
+    the features' reconstruction (EleutherAI's and SAELens's skip transcoders); None has none.
     """
 
     W_enc: Float[Tensor, "d_in n_features"]
@@ -42,9 +46,11 @@ class Dictionary:
     threshold: Float[Tensor, " n_features"] | None = None
     model: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    k: int | None = None
+    W_skip: Float[Tensor, "d_in d_out"] | None = None
 
     # fields a file must hold finite (interp.storage.load refuses a NaN weight: it would poison every feature)
-    _finite_fields = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold")
+    _finite_fields = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold", "W_skip")
 
     def __post_init__(self) -> None:
         d_in, n = tuple(self.W_enc.shape) if self.W_enc.ndim == 2 else (None, None)
@@ -55,6 +61,11 @@ class Dictionary:
                 f"W_dec {tuple(self.W_dec.shape)}, b_dec {tuple(self.b_dec.shape)}; want [d_in, n], [n], [n, d_out], [d_out]")
         if self.threshold is not None and self.threshold.shape != (n,):
             raise InterpError(f"Dictionary threshold has shape {tuple(self.threshold.shape)}; want [{n}] (one per feature)")
+        if self.W_skip is not None and tuple(self.W_skip.shape) != (d_in, self.W_dec.shape[1]):
+            raise InterpError(f"Dictionary W_skip has shape {tuple(self.W_skip.shape)}; want [d_in, d_out] = "
+                              f"[{d_in}, {self.W_dec.shape[1]}] (input to output)")
+        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= n):
+            raise InterpError(f"Dictionary k={self.k!r} must be None or an int from 1 to n_features={n} (features kept per token)")
         object.__setattr__(self, "site_in", hook_name(self.site_in))
         object.__setattr__(self, "site_out", hook_name(self.site_out))
 
@@ -91,18 +102,33 @@ class Dictionary:
     def activation(self, h: Float[Tensor, "... k"], features: Tensor | None = None) -> Float[Tensor, "... k"]:
         """Feature activations from pre-activations `h` (of `features` only, when given): ReLU, or
         JumpReLU relu(h) * (h > threshold) when thresholds are set -- SAELens's definition, so a
-        threshold below zero still passes no negative activation."""
+        threshold below zero still passes no negative activation -- then, for a TopK dictionary,
+        each token's k largest (which needs every feature's pre-activation: pass no `features`)."""
+        if self.k is not None and features is not None:
+            raise InterpError(f"{self!r} keeps each token's top {self.k} features, which depends on all "
+                              f"{self.n_features}: take encode(x)[..., features] instead of a subset's activation")
         if self.threshold is None:
-            return torch.relu(h)
-        t = self.threshold.to(h.device)
-        return torch.relu(h) * (h > (t if features is None else t[features.to(h.device)]))
+            f = torch.relu(h)
+        else:
+            t = self.threshold.to(h.device)
+            f = torch.relu(h) * (h > (t if features is None else t[features.to(h.device)]))
+        if self.k is None:
+            return f
+        top = f.topk(self.k, dim=-1)
+        return torch.zeros_like(f).scatter(-1, top.indices, top.values)
 
     def encode(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... n_features"]:
         """Feature activations (ReLU, or JumpReLU when thresholds are set)."""
         return self.activation(self.pre(x))
 
-    def decode(self, f: Float[Tensor, "... n_features"]) -> Float[Tensor, "... d_out"]:
-        return f @ self.W_dec.to(f.device) + self.b_dec.to(f.device)
+    def decode(self, f: Float[Tensor, "... n_features"], x: Tensor | None = None) -> Float[Tensor, "... d_out"]:
+        """f @ W_dec + b_dec, plus x @ W_skip for a skip transcoder (which needs its input `x`)."""
+        out = f @ self.W_dec.to(f.device) + self.b_dec.to(f.device)
+        if self.W_skip is None:
+            return out
+        if x is None:
+            raise InterpError(f"{self!r} adds its input's skip path x @ W_skip to the reconstruction: call decode(f, x)")
+        return out + self.flat(x).to(out) @ self.W_skip.to(f.device)
 
     def to(self, device: str | torch.device) -> "Dictionary":
         """This dictionary with its tensors on `device` (itself when they are there already). Its
@@ -111,11 +137,12 @@ class Dictionary:
         if self.W_enc.device.type == device.type and device.index in (None, self.W_enc.device.index):
             return self
         move = {k: getattr(self, k).to(device) for k in ("W_enc", "b_enc", "W_dec", "b_dec")}
-        return replace(self, **move, threshold=None if self.threshold is None else self.threshold.to(device))
+        move.update({k: getattr(self, k).to(device) for k in ("threshold", "W_skip") if getattr(self, k) is not None})
+        return replace(self, **move)
 
     def __call__(self, x: Float[Tensor, "... d_in"]) -> Float[Tensor, "... d_out"]:
         """The reconstruction of `x`; an SAE at hook_z given [..., n_heads, d_head] returns that shape."""
-        out = self.decode(self.encode(x))
+        out = self.decode(self.encode(x), x)
         if self.kind == "sae" and self.flat(x) is not x:
             return out.unflatten(-1, x.shape[-2:])
         return out
@@ -138,4 +165,5 @@ class Dictionary:
 
     def __repr__(self) -> str:
         name = f" of {self.model}" if self.model else ""
-        return f"Dictionary({self.kind}{name}, {self.site_in} -> {self.site_out}, {self.n_features} features)"
+        top = (f", top {self.k}" if self.k is not None else "") + (", skip" if self.W_skip is not None else "")
+        return f"Dictionary({self.kind}{name}, {self.site_in} -> {self.site_out}, {self.n_features} features{top})"

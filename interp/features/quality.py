@@ -156,7 +156,7 @@ def _one(model, d: Dictionary, chunks, with_ce: bool, control: Callable | None =
     for t, v, clean, acts in chunks:
         x, y = acts[d.site_in], acts[d.site_out]
         f = d.encode(x)
-        y_hat = d.decode(f)
+        y_hat = d.decode(f, x)
         err += float((y - y_hat)[v].pow(2).sum())
         l0 += float((f[v] > 0).sum())
         fired |= (f[v] > 0).any(0)
