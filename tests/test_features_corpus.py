@@ -80,3 +80,27 @@ def test_suite_layer_subsets():
     assert suites.folder("smollm2-english", "cpu16k", (3, 15)).name == "cpu16k-layers-3-15"
     with pytest.raises(InterpError, match="subset of 0..29"):
         s.pairs((30,))
+
+
+def test_suite_keeps_stretches_of_a_layer_subset_and_scores_their_curve(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from interp.features.train import Recipe
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    tiny = replace(suites.SUITES["zoo"], budgets={"quick": Recipe(n_features=64, k=4, lr=3e-3, tokens=1500, rows=16,
+                                                                  checkpoint_every=2)},
+                   zoo_rows=400, eval_rows=32, fit_rows=200)
+    monkeypatch.setitem(suites.SUITES, "zoo", tiny)
+    suites.train_suite("zoo", "quick", layers=(0, 2), every=600, progress=False)
+    out = suites.folder("zoo", "quick", (0, 2))
+    assert sorted(p.name for p in out.glob("tokens-*")) == ["tokens-1200", "tokens-1500", "tokens-600"]
+    data = suites.curve("zoo", "quick", (0, 2), progress=False)
+    assert data["budget"]["layers"] == [0, 2] and [r["layer"] for r in data["final"]] == [0, 2]
+    tokens = [r["tokens"] for r in data["curve"]]
+    assert tokens == sorted(tokens) and len(tokens) == 8 and tokens[0] >= 600  # 3 stretches + the latest, 2 layers
+    assert all(set(r) >= {"fve", "fve_random", "fve_control", "l0", "dead"} for r in data["curve"])
+    assert all({"ce_spliced", "ce_random", "ce_recovered", "ce_recovered_random"} <= set(r) for r in data["final"])
+    assert data["history"]["0"] and data["history"]["0"][-1]["tokens"] == data["trained"]["tokens"]
+    suites.train_suite("zoo", "quick", layers=(0, 2), tokens=1800, every=600, progress=False)  # goes on, keeps the old
+    assert sorted(p.name for p in out.glob("tokens-*"))[-1] == "tokens-600" and (out / "tokens-1800").exists()

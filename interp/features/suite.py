@@ -3,6 +3,8 @@ budget, and where they live.
 
     python -m interp.features.suite train NAME... [--budget quick|cpu]  train (resumes), save
     python -m interp.features.suite score NAME... [--budget ...] --json F  score them: one JSON
+    python -m interp.features.suite curve NAME --budget B [--layers ...] --json F [--bench J]
+                                                  score each kept stretch: FVE, L0, dead by tokens seen
     python -m interp.studies.features_doc --json F --doc D            render D's regions from F
 
 NAME is "zoo" (zoo:lm-gpt2: a transcoder per layer and an SAE on the middle residual stream,
@@ -190,6 +192,45 @@ def score(name: str, budget: str = "cpu", *, progress: bool = True) -> tuple[dic
     return block, result
 
 
+def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, progress: bool = True) -> dict:
+    """Suite `name`'s dictionaries at each kept stretch (<folder>/tokens-<n>/, `train_suite(every=...)`)
+    and the latest checkpoint's, scored on held-out text: FVE beside the dense and the same-L0 random
+    controls, L0 and dead at each; the CE splices (zero, mean, random control) at the latest only;
+    each dictionary's training history. What docs/features_budget.json holds."""
+    import interp
+    from interp.features.quality import scores
+    from interp.sites import layer_of
+
+    suite, recipe = _suite(name, budget)
+    out, n = folder(name, budget, layers), len(suite.pairs(layers))
+    marks = sorted((p for p in out.glob("tokens-*") if all((p / f"{i}.safetensors").exists() for i in range(n))),
+                   key=lambda p: int(p.name.split("-")[1]))
+    stretches = [Dictionary.load(p / f"{i}.safetensors") for p in marks for i in range(n)]
+    latest = list(from_checkpoint(out).values())
+    model = interp.load(suite.model)
+    train_rows, train_valid, held, held_valid = _data(model, suite)
+    common = dict(rows_per_forward=16, progress=progress, fit_tokens=train_rows[: suite.fit_rows],
+                  fit_valid=train_valid[: suite.fit_rows])
+    t0 = time.perf_counter()
+    early = scores(model, stretches, held, held_valid, ce=False, **common) if stretches else []
+    final = scores(model, latest, held, held_valid, **common)
+    row = lambda d, r: {"layer": layer_of(d.site_out), "tokens": d.meta["tokens"],
+                        **{k: round(v, 4) for k, v in r.items() if k != "tokens"}}
+    meta = latest[0].meta
+    return {
+        "budget": {**asdict(recipe), "budget": budget, "model": suite.model, "layers": [layer_of(d.site_out) for d in latest],
+                   "n_layers": suite.n_layers, "n_ctx": suite.n_ctx, "eval_rows": suite.eval_rows, "fit_rows": suite.fit_rows,
+                   "source": describe(suite.source), "trainer_code": meta["code"]},
+        "trained": {k: meta[k] for k in ("tokens", "steps", "seconds", "forward_seconds")},
+        "held_out_tokens": final[0]["tokens"],
+        "curve": [row(d, r) for d, r in zip(stretches, early)] + [row(d, {k: v for k, v in r.items() if not k.startswith("ce")})
+                                                                  for d, r in zip(latest, final)],
+        "final": [row(d, r) for d, r in zip(latest, final)],
+        "history": {str(layer_of(d.site_out)): d.meta["history"] for d in latest},
+        "score_seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
 def score_all(names: list[str], budget: str = "cpu") -> dict:
     """One JSON for docs/features.md: each suite's scores, their budgets, provenance."""
     t0 = time.perf_counter()
@@ -208,19 +249,28 @@ def score_all(names: list[str], budget: str = "cpu") -> dict:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="python -m interp.features.suite")
-    p.add_argument("what", choices=("train", "score"))
+    p.add_argument("what", choices=("train", "score", "curve"))
     p.add_argument("names", nargs="*", default=sorted(SUITES))
     p.add_argument("--budget", default="cpu")
     p.add_argument("--json", default="docs/features.json", help="score: the JSON written")
     p.add_argument("--layers", default=None, help="train: these layers only, e.g. 3,15,27 (default: all)")
     p.add_argument("--tokens", type=int, default=None, help="train: this many tokens (default: the budget's)")
     p.add_argument("--every", type=int, default=None, help="train: keep the dictionaries after every N tokens")
+    p.add_argument("--bench", default=None, help="curve: a benchmarks/dictionary_budget.py JSON to include")
     a = p.parse_args(argv)
     layers = None if a.layers is None else tuple(int(l) for l in a.layers.split(","))
     if a.what == "train":
         for name in a.names:
             train_suite(name, a.budget, layers=layers, tokens=a.tokens, every=a.every)
             print(f"saved under {folder(name, a.budget, layers)}")
+    elif a.what == "curve":
+        data = {"suite": a.names[0], **curve(a.names[0], a.budget, layers)}
+        if a.bench:
+            data["throughput"] = json.loads(Path(a.bench).read_text(encoding="utf-8"))
+        data["provenance"] = {"commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                              "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"}
+        write_text_atomic(a.json, json.dumps(data, indent=1) + "\n")
+        print(f"wrote {a.json}")
     else:
         text = json.dumps(score_all(a.names, a.budget), indent=1)
         write_text_atomic(a.json, text + "\n")
