@@ -159,4 +159,4 @@ def from_mib(data: dict | str | Path, *, circuit: bool = False) -> Graph:
     meta = {"n_layers": n_layers, "n_heads": n_heads, "n_kv_heads": n_heads, "method": "mib", "convention": CONVENTION}
     if isinstance(cfg.get("d_model"), int) and not isinstance(cfg["d_model"], bool):
         meta["d_model"] = cfg["d_model"]
-    return Graph(tuple(senders), tuple(receivers), torch.tensor(scores, dtype=torch.float32), meta)
+    return Graph(tuple(senders), tuple(receivers), torch.tensor(scores, dtype=torch.float32, device="cpu"), meta)  # cpu: a result

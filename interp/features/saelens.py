@@ -6,8 +6,9 @@ JumpReLU, W_skip [d_out, d_in] for a skip transcoder). The cfg names the archite
 inference classes SAELens 6.54 registers: "standard", "jumprelu", "topk" with its k,
 "transcoder", "skip_transcoder", "jumprelu_transcoder", "jumprelu_skip_transcoder"; SAELens
 saves BatchTopK and Matryoshka dictionaries as "jumprelu") and the hook, at the top level
-(SAELens < 6) or under "metadata" / "meta" (6.x): hook_name, and hook_name_out for a transcoder. SAELens's hook names are HookedTransformer's, which interp's compatibility-mode
-bridge shares, so they load as they are.
+(SAELens < 6) or under "metadata" / "meta" (6.x): hook_name, and hook_name_out for a transcoder.
+SAELens's hook names are HookedTransformer's, which interp's compatibility-mode bridge shares, so
+they load as they are.
 
 SAELens cannot be installed beside interp (SAELens 6.x requires transformer-lens < 4), so this
 module reads and writes the files itself. What it reads it folds into the plain form
