@@ -342,7 +342,7 @@ def run_case(case: dict, budget: int) -> dict:
     if case["method"] == "load-cached":  # the cache written first by a load of its own, not measured
         import torch
 
-        from interp.load_cache import processed_path
+        from interp.model.load_cache import processed_path
 
         if not processed_path(model_dir(case["shape"], case["dtype"]), getattr(torch, case["dtype"])).exists():
             _, _, _, why = _watched(cmd, case, budget)
@@ -578,7 +578,7 @@ def notes(data: dict) -> list[str]:
         "to the clone, so while `center_unembed` clones, the model's own weights, fold_layer_norm's copy and "
         "center_unembed's copy are all alive (live tensors 1.82 GiB = 3 x 0.61 GiB); the unembedding is cloned once "
         "more to untie it; and glibc kept 0.39 GiB of the freed copies resident after the load. The fix "
-        "(`interp.load_cache.lean_processing`, `release_free_memory`): each of those steps receives its input one "
+        "(`interp.model.load_cache.lean_processing`, `release_free_memory`): each of those steps receives its input one "
         "tensor at a time, freed as soon as its clone exists, and the allocator's free heap is returned after the "
         "load; the weights are exactly TransformerLens's own (tests/test_load_cache.py, five families and dtypes). "
         f"After: SmolLM2 {peak(s + '/load/interp/0x0')}{ratio(s + '/load/interp/0x0')}, Llama-3.2-1B "

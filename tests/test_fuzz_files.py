@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-from interp import load_cache, storage
+from interp import storage
+from interp.model import load_cache
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.features.graph import AttributionGraph

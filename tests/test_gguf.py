@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import interp
-from interp import gguf
+from interp.model import gguf
 from interp.errors import InterpError
 
 

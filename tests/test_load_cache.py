@@ -1,4 +1,4 @@
-"""Fast reloads (interp.load_cache): a second load reads the processed weights from the cache and
+"""Fast reloads (interp.model.load_cache): a second load reads the processed weights from the cache and
 equals an uncached load; a cache written for another TransformerLens version or other flags is
 rebuilt with a one-line note, never read."""
 
@@ -11,7 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import interp
-from interp import load_cache
+from interp.model import load_cache
 
 PROMPT = "when mary and john went to the store , john gave a drink to"
 

@@ -212,7 +212,7 @@ def test_user_zoo_is_searched_first(tmp_path, monkeypatch, tiny_dirs):
 
 
 def test_train_writes_to_the_user_zoo_by_default(monkeypatch, tmp_path):
-    from interp import train as train_module
+    from interp.zoo import train as train_module
 
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
     recipe = train_module.RECIPES["markov-s1"]

@@ -8,7 +8,7 @@ import torch
 import interp
 from interp.model import hf_config, hf_model_class
 from interp.tasks import english
-from interp.train import RECIPES, grokking_steps, train
+from interp.zoo.train import RECIPES, grokking_steps, train
 
 KINDS = ["lm-gpt2", "lm-llama", "lm-gemma2", "lm-qwen2", "mlm-bert", "dyck", "modadd", "markov-s0", "multidomain"]
 
@@ -55,7 +55,7 @@ def _tiny_lm(family: str, tie: int = 1):
 def test_name_codes_project_onto_shared_vector_plus_code(family, tie):
     """apply() sets every name row to mean(rows - codes) + its code, in the embedding and (untied)
     the unembedding, is idempotent, and leaves other rows to the optimiser."""
-    from interp.train import _name_codes
+    from interp.zoo.train import _name_codes
 
     recipe = replace(RECIPES[f"lm-{family}"], name_codes=6, name_scale=2.0)
     model = _tiny_lm(family, tie)
@@ -94,7 +94,7 @@ def test_name_codes_project_onto_shared_vector_plus_code(family, tie):
 def test_training_keeps_the_name_codes_through_both_phases(tmp_path):
     from safetensors.torch import load_file
 
-    from interp.train import _name_codes
+    from interp.zoo.train import _name_codes
 
     recipe = replace(RECIPES["lm-llama"], sizes={**RECIPES["lm-llama"].sizes, "d_model": 32, "d_mlp": 64},
                      data={"sentences": 200})
@@ -111,7 +111,7 @@ def test_training_keeps_the_name_codes_through_both_phases(tmp_path):
 
 
 def test_name_codes_reject_bad_dimensions():
-    from interp.train import _name_codes
+    from interp.zoo.train import _name_codes
 
     model = _tiny_lm("gpt2")
     with pytest.raises(ValueError, match="name_codes=17 must be in 1..16"):

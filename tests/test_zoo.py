@@ -4,7 +4,7 @@ import pytest
 
 import interp
 from interp import zoo
-from interp.train import RECIPES, evaluate
+from interp.zoo.train import RECIPES, evaluate
 
 # The acceptance thresholds, per recipe kind: (split, bound, "min" | "max").
 REQUIRED = {
@@ -77,7 +77,7 @@ def test_shipped_names_carry_their_recipes_codes(name):
 
     from interp.model import hf_config, hf_model_class
     from interp.tasks import english
-    from interp.train import _name_codes
+    from interp.zoo.train import _name_codes
 
     recipe = RECIPES[name]
     model = hf_model_class(recipe.family)(hf_config(recipe.family, vocab_size=len(english.tokenizer()), **recipe.sizes))

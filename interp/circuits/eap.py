@@ -83,7 +83,7 @@ def model_label(model) -> str:
     import json
     from pathlib import Path
 
-    from interp.gguf import REAL_MODELS
+    from interp.model.gguf import REAL_MODELS
 
     name = str(getattr(model.cfg, "model_name", None) or "")
     folder = Path(name)

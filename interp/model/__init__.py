@@ -9,7 +9,9 @@ families (with a local word-level tokenizer) for quick experiments and tests.
 
 The package, by role: `loading` (specs, the zoo's folders, `load`, `describe`), `building` (HF
 configs of the five families, `build_tiny`, `save_model_dir`) and `resuming` (KV caches and a
-forward that begins at a later block or position, for `interp.run`). `__all__` lists what most
+forward that begins at a later block or position, for `interp.run`), and the loading's files:
+`gguf` (GGUF files and the real models by name, as HF folders that boot) and `load_cache` (processed
+weights cached on disk, the tokenizer parsed once). `__all__` lists what most
 users need; the building and resuming helpers are imported from their modules
 (`from interp.model.resuming import resume`); the old names stay importable from here.
 """

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 import torch
 
-from interp import load_cache
+from interp.model import load_cache
 from interp.errors import InterpError
 from interp.model.building import family_of
 from interp.storage import cache_dir
@@ -84,9 +84,9 @@ def _hub_cached(name: str) -> bool:
 def resolve(spec: str | Path) -> str:
     """Turn a spec into what `boot_transformers` takes: a local directory path or a hub name.
 
-    A `.gguf` file and a real model's name (`interp.gguf.REAL_MODELS`) resolve to their HF folder
+    A `.gguf` file and a real model's name (`interp.model.gguf.REAL_MODELS`) resolve to their HF folder
     in the cache, dequantized on first use."""
-    from interp import gguf
+    from interp.model import gguf
 
     spec_str = str(spec)
     if spec_str in gguf.REAL_MODELS:
@@ -225,7 +225,7 @@ def load(
     """Load `spec` (hub name, local directory, or zoo:NAME) as a bridge in compatibility mode.
 
     `weights_cache`: keep TransformerLens's processed weights of a local model in $INTERP_CACHE so
-    a reload skips the processing (`interp.load_cache`); None caches weights of 32 MiB and more
+    a reload skips the processing (`interp.model.load_cache`); None caches weights of 32 MiB and more
     (a real model, not a tiny test model). Never with a device_map.
 
     Placement passes through to `TransformerBridge.boot_transformers`: `device` (one device), or

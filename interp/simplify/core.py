@@ -77,7 +77,7 @@ class Rows:
 
 def dyck_rows(n: int, *, split: str, seed: int = 0, k: int = 20, m: int = 10) -> Rows:
     """`n` whole Dyck sequences of `split`, scored at every closing bracket (as the zoo card's
-    accuracy is: `interp.train.evaluate`)."""
+    accuracy is: `interp.zoo.train.evaluate`)."""
     from interp.tasks import dyck, pad_rows
 
     seqs = dyck.sequences(n, split=split, k=k, m=m, seed=seed)

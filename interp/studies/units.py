@@ -5,7 +5,7 @@ result is a small JSON-able dict, stored in the sweep's keyed store (`interp.swe
 the sha of its full resolved configuration plus the study's code-version tag, so a rerun computes
 only the units that are missing and a killed run resumes. Each entry carries the study's name, its
 code-version tag and a digest of its content; one that is cut short, edited, or another study's is
-recomputed with a one-line note, never used (`interp.sweep_store.Store.get`):
+recomputed with a one-line note, never used (`interp.sweep.store.Store.get`):
 
     units = Units("illusions")                         # $INTERP_CACHE/studies/illusions
     result = units.run({"model": spec, "seed": 1, "rank": 4}, lambda: fit_and_score(...))
@@ -43,7 +43,7 @@ RUN_FIELDS = ("date", "wall_s", "units_run", "units_s", "step_profile", "gpu_est
 
 
 def _cache_dir() -> Path:
-    from interp.gguf import cache_dir  # $INTERP_CACHE, default ~/.cache/interp: the zoo's and GGUF's cache
+    from interp.storage import cache_dir  # $INTERP_CACHE, default ~/.cache/interp: the zoo's and GGUF's cache
 
     return cache_dir()
 

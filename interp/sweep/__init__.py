@@ -1,5 +1,9 @@
 """Scripted sweeps: `interp sweep CONFIG.toml --out DIR` runs a list of experiments, resumably.
 
+The package is the sweep floor, above the analyses it runs: this module reads configs and holds the
+local executor; `jobs` says what a job is (the kinds), `store` where results go, `ray_executor` runs
+jobs on Ray.
+
 A config is a list of `[[experiment]]` tables; each runs on one or more models:
 
     [[experiment]]
@@ -33,9 +37,9 @@ study's units too. results.json is the index rebuilt from it.
 
 Executors. `EXECUTORS` maps a name to the function that runs pending jobs: "local" (the
 default) runs them here, one model in memory at a time; "ray" hands them to Ray actors, one per
-model (`interp.sweep_ray`). Both compute a job with `interp.sweep_jobs.run_job` (whose `KINDS` is
-the registry of job kinds) and write through `interp.sweep_store.Recorder` (the public result
-sink), so the files are the same either way, and neither imports this module. A job that raises
+model (`interp.sweep.ray_executor`). Both compute a job with `interp.sweep.jobs.run_job` (whose `KINDS` is
+the registry of job kinds) and write through `interp.sweep.store.Recorder` (the public result
+sink), so the files are the same either way, and neither takes a name from this module. A job that raises
 is reported (`summary["failed"]`) and the others finish; `run` then raises SweepError.
 """
 
@@ -52,9 +56,9 @@ from tqdm.auto import tqdm
 
 from interp.errors import InterpError
 from interp.results import Grid
-from interp.sweep_jobs import COMMON_KEYS, KINDS, METRICS, Job, JobKind, job_id, resolved, run_job
+from interp.sweep.jobs import COMMON_KEYS, KINDS, METRICS, Job, JobKind, job_id, resolved, run_job
 from interp.storage import check_writable, sha256_file
-from interp.sweep_store import Recorder, Store
+from interp.sweep.store import Recorder, Store
 from interp.validate import field, note, read_json
 
 if sys.version_info >= (3, 11):
@@ -209,8 +213,8 @@ def _run_local(pending: list[Job], recorder: Recorder, *, progress: bool = True)
 
 
 def _run_ray(pending: list[Job], recorder: Recorder, **options: Any) -> None:
-    """`interp.sweep_ray.execute`: one Ray actor per model (Ray is imported only here)."""
-    from interp.sweep_ray import execute
+    """`interp.sweep.ray_executor.execute`: one Ray actor per model (Ray is imported only here)."""
+    from interp.sweep.ray_executor import execute
 
     execute(pending, recorder, **options)
 
@@ -224,7 +228,7 @@ def run(config: str | Path, out: str | Path, *, progress: bool = True, executor:
         address: str | None = None, log: Callable[[str], None] | None = None, **executor_kw: Any) -> dict[str, Any]:
     """Run (or resume) a sweep; returns the summary also written to OUT/results.json.
 
-    executor: "local" (here) or "ray" (`interp.sweep_ray.execute`: `address` None starts a local
+    executor: "local" (here) or "ray" (`interp.sweep.ray_executor.execute`: `address` None starts a local
     cluster, "auto" joins a running one; executor_kw: num_cpus, worker_cpus, worker_gpus, retries).
     log: where "recomputing ..." lines go (default: stderr when progress is on).
     """

@@ -1,14 +1,17 @@
 """What a sweep job is: the job kinds (one registry), a job's resolved configuration and key, and
 `run_job`, which computes one job's Grid on a loaded model.
 
-Every executor (`interp.sweep`'s local one, `interp.sweep_ray`'s Ray actors) calls `run_job` and
-writes through `interp.sweep_store.Recorder`; neither module imports `interp.sweep`, so an
-executor never closes an import cycle. A kind is a `JobKind`: the TOML keys it accepts beyond the
-common ones, the defaults `resolved` fills in, a check of an experiment's values, and the function
-that computes its Grid. `KINDS` is the one list of kinds: the config parser and the CLI read it.
+Every executor (`interp.sweep`'s local one, `interp.sweep.ray_executor`'s Ray actors) calls
+`run_job` and writes through `interp.sweep.store.Recorder`; neither takes a name from the package's
+`__init__` (the config reader and the local executor), so an executor never closes an import cycle.
+A job's kind is a name in `KINDS`, which maps it to its `JobKind`: the TOML keys it accepts beyond
+the common ones, the defaults `resolved` fills in, a check of an experiment's values, and the
+function that computes its Grid. `KINDS` is the one list of kinds: the config parser and the CLI
+read it.
 
 Words: an *experiment* is one `[[experiment]]` table; a *job* is one (experiment, model) pair; a
-job's *kind* is one of `KINDS` (not a task family, not an ablation).
+job's *kind* is one of the names in `KINDS` (not a task family, not an ablation), as `interp`'s
+glossary uses the word: one of a closed set of variants.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Callable
 from interp.interventions import ABLATIONS
 from interp.metrics import TASK_METRICS as METRICS
 from interp.results import Grid
-from interp.sweep_store import Store
+from interp.sweep.store import Store
 
 __all__ = ["ABLATIONS", "COMMON_KEYS", "KINDS", "METRICS", "VERSION", "Job", "JobKind", "job_id", "job_key", "resolved", "run_job"]
 
@@ -32,8 +35,8 @@ VERSION = 1
 
 @dataclass(frozen=True)
 class JobKind:
-    """One kind of sweep job. `keys`: the TOML keys it takes beyond COMMON_KEYS (name -> type);
-    `defaults`: what `resolved` fills in; `required`: keys with no default; `own_metric`: it scores
+    """What one kind of sweep job takes and computes. `keys`: the TOML keys it takes beyond
+    COMMON_KEYS (name -> type); `defaults`: what `resolved` fills in; `required`: keys with no default; `own_metric`: it scores
     the task's own metric (a `metric` key is refused); `check(exp)`: (key, why) for a bad value, or
     None; `compute(model, task, config, metric)`: the job's Grid (metric None: the task's own)."""
 

@@ -2,7 +2,7 @@
 
 One Ray actor per model loads that model once and runs its jobs in turn; each job's Grid comes
 back to the driver, which writes it through the sweep's public result sink
-(`interp.sweep_store.Recorder`: Grid.save, the job's `Store` entry and results.json, all atomic), so the workers need no
+(`interp.sweep.store.Recorder`: Grid.save, the job's `Store` entry and results.json, all atomic), so the workers need no
 shared file system, only `interp` and the model specs (hub names, or directories present on every node).
 
 Cluster: no address starts a local cluster (this machine's CPUs, no dashboard) and stops it at
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from interp.errors import InterpError
 
 if TYPE_CHECKING:
-    from interp.sweep_store import Recorder
+    from interp.sweep.store import Recorder
 
 __all__ = ["connect", "execute"]
 
@@ -79,7 +79,7 @@ class SweepWorker:
 
     def run(self, job: dict[str, Any]):
         from interp.model import load
-        from interp.sweep_jobs import run_job
+        from interp.sweep.jobs import run_job
 
         start = time.time()
         if self.model is None:

@@ -1,6 +1,6 @@
 """Where sweep results go: `Store`, interp's one keyed result store, and `Recorder`, the public
 result sink every sweep executor writes through (the local one in `interp.sweep`, the Ray one in
-`interp.sweep_ray`), so both leave the same files.
+`interp.sweep.ray_executor`), so both leave the same files.
 
 `interp.studies.units` keeps a study's units in a `Store` too.
 """
@@ -17,7 +17,7 @@ from interp.results import Grid
 from interp.storage import sha256_file, write_text_atomic
 from interp.validate import digest, note
 
-Job = dict[str, Any]  # a planned job: id, key, model, config (interp.sweep_jobs builds them)
+Job = dict[str, Any]  # a planned job: id, key, model, config (interp.sweep.jobs builds them)
 
 __all__ = ["Recorder", "Store"]
 

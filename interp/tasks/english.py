@@ -29,7 +29,7 @@ How the splits are made:
 * Names: `TRAIN_NAMES` (30) appear in the corpus's IOI sentences and ``ioi`` ``train``;
   `TEST_NAMES` (10) appear in ``ioi`` ``test`` and, outside any IOI context, in the corpus's
   filler sentences. The zoo's language models keep every name's embedding at a shared learned
-  vector plus a fixed random code (`interp.train.NameCodes`): a held-out name differs from a
+  vector plus a fixed random code (`interp.zoo.train.NameCodes`): a held-out name differs from a
   training name only in its code, and that code never took part in an IOI training sentence.
 """
 

@@ -1,5 +1,5 @@
 """Three domains of two tasks each over one word vocabulary: what the zoo's multi-domain model
-(`zoo:multidomain`, recipe in `interp.train`) is trained on, for parameter probing.
+(`zoo:multidomain`, recipe in `interp.zoo.train`) is trained on, for parameter probing.
 
     counting    up         "count 7 8 9"                  -> 0      (mod 10; options: the digits)
                 down       "back 2 1 0"                   -> 9

@@ -2,7 +2,7 @@
 them), one HF-format directory each, with cards.
 
 `interp.load("zoo:NAME")` loads one; `entries()` lists them with their recorded accuracies;
-`interp zoo train NAME` (interp.train) retrains one from scratch into the user zoo
+`interp zoo train NAME` (`interp.zoo.train`, the recipes) retrains one from scratch into the user zoo
 (`interp.model.user_zoo_dir()`, $INTERP_CACHE/zoo), which `zoo:NAME` searches first.
 """
 

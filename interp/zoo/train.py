@@ -3,7 +3,7 @@
 A `Recipe` fixes everything a model depends on (family, sizes, data, optimiser, steps, seed), so
 `train(RECIPES[name])` retrains it deterministically. Each recipe's data comes from `interp.tasks`;
 the trained model is saved as an HF-format directory with a model card (card.json + README.md)
-recording the measured accuracy on every split (see `interp.zoo`).
+recording the measured accuracy on every split (see `interp.zoo`, the package this module sits in).
 """
 
 from __future__ import annotations
@@ -465,7 +465,7 @@ def write_card(out_dir: Path, card: dict[str, Any]) -> None:
         f"{card['training']['machine']}).",
         "",
         *([f"Name embeddings: a shared vector plus a fixed random code in {card['recipe']['name_codes']} dimensions "
-           "(`interp.train.NameCodes`), the same code in the embedding and the unembedding.", ""]
+           "(`interp.zoo.train.NameCodes`), the same code in the embedding and the unembedding.", ""]
           if card.get("recipe", {}).get("name_codes") else []),
         "| split | measured |",
         "|---|---|",
