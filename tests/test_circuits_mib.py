@@ -113,6 +113,8 @@ def test_edges_mib_cannot_name_are_refused():
     with pytest.raises(InterpError, match="per KV group"):
         to_mib(g)
     assert mib_name("a0.h1", "a1.h3.q", 4, 2) == "a0.h1->a1.h3<q>"  # a query input is one head's, even on GQA
+    with pytest.raises(InterpError, match="does not unpickle"):
+        from_mib("circuit.pt")
     with pytest.raises(InterpError, match="d_model"):
         to_mib(Graph((), (), torch.zeros(0), {"n_layers": 1, "n_heads": 1, "n_kv_heads": 1}))
     with pytest.raises(InterpError, match="same model"):

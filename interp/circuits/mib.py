@@ -22,8 +22,8 @@ import torch
 
 from interp.circuits.graph import CONVENTION, Graph, edge_list, node, sender_nodes
 from interp.errors import InterpError
-from interp.storage import write_text_atomic
-from interp.validate import field, number, read_json, refuse
+from interp.files.storage import write_text_atomic
+from interp.files.validate import field, number, read_json, refuse
 
 __all__ = ["MIB_FRACTIONS", "areas", "from_mib", "mib_name", "mib_sizes", "to_mib", "write_mib"]
 
@@ -130,6 +130,9 @@ def from_mib(data: dict | str | Path, *, circuit: bool = False) -> Graph:
     or with `circuit=True` only its in-graph edges; checked as MIB's loader checks it (cfg, nodes
     and edges present, every name one of the model's) plus types and finite scores."""
     src = "the MIB graph" if isinstance(data, dict) else str(data)
+    if not isinstance(data, dict) and str(data).endswith((".pt", ".pth")):
+        raise InterpError(f"{src}: MIB's .pt circuits are pickles, which interp does not unpickle; write the circuit "
+                          "with MIB's Graph.to_json and read that")
     if not isinstance(data, dict):
         data = read_json(data, "an MIB circuit JSON", "the JSON MIB's Graph.to_json (or write_mib) wrote")
     if not isinstance(data, dict) or any(k not in data for k in ("cfg", "nodes", "edges")):
