@@ -132,6 +132,13 @@ def _values_and_constants(model, tokens, tcs, graph):
         holds.append(Hold(t.site_out, const))
     holds.append(Hold(EMBED, torch.zeros_like(clean[EMBED])))
     _, base = run.cache(model, tokens, names, holds)
+    return target_inputs(model, graph, clean, base, lambda layer, index: (tcs[layer].W_enc[:, index], tcs[layer].site_in))
+
+
+def target_inputs(model, graph, clean, base, encoder):
+    """(node, value, constant) of each feature and logit node: its input vector (`encoder(layer,
+    feature)` -> (encoder column, input site) for a feature; the demeaned unembedding column for a
+    logit) read on the `clean` and `base` activations."""
     W_U = model.W_U.detach()
     out = []
     for i in range(len(graph)):
@@ -139,8 +146,7 @@ def _values_and_constants(model, tokens, tcs, graph):
         if kind == 3:
             v, site, pos = W_U[:, int(graph.index[i])] - W_U.mean(1), UNEMBED, -1
         elif kind == 0:
-            t = tcs[int(graph.layer[i])]
-            v, site, pos = t.W_enc[:, int(graph.index[i])], t.site_in, int(graph.pos[i])
+            (v, site), pos = encoder(int(graph.layer[i]), int(graph.index[i])), int(graph.pos[i])
         else:
             continue
         out.append((i, float(clean[site][0, pos] @ v), float(base[site][0, pos] @ v)))

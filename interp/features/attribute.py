@@ -1,5 +1,5 @@
-"""Attribution graphs of one prompt through per-layer transcoders (circuit-tracer's method), and
-the replacement model they describe, all run through `interp.run`.
+"""Attribution graphs of one prompt through per-layer or cross-layer transcoders (circuit-tracer's
+method), and the replacement model they describe, all run through `interp.run`.
 
     attribute(model, prompt, transcoders)        -> AttributionGraph (interp.features.graph)
     frozen(model, tokens)                        -> [Hold]: the prompt's attention patterns and
@@ -8,19 +8,27 @@ the replacement model they describe, all run through `interp.run`.
                                                  -> logits of the replacement model
     Hold(site, value, delta=None)                an intervention: the activation at `site` is the
                                                     constant `value` (+ `delta`)
+    Skip(site_in, site_out, value, x_value, W_skip, delta=None)
+                                                 a Hold of an MLP output that keeps a skip
+                                                    transcoder's linear path from the MLP's input
 
 How `attribute` works (Ameisen et al. 2025, "Circuit Tracing"; circuit-tracer's attribution.py):
 
 1. One clean run records each transcoder's input, every layer's true MLP output, every attention
    pattern and norm scale, and the residual entering block 0 (the token nodes' vectors).
 2. Features are `dictionary.encode(input)`; a layer's error is its true MLP output minus the
-   reconstruction (a layer without a transcoder is all error). Features and errors at a leading
+   reconstruction (a layer without a transcoder is all error). A cross-layer transcoder's
+   reconstruction at layer m sums the writes of the features of layers 0..m, and a feature's
+   direct effect sums its writes to every layer it reaches. Features and errors at a leading
    BOS are dropped (`drop_bos`), as circuit-tracer does: that position's MLP output is a constant.
 3. The local replacement model: `Hold`s put the clean patterns and scales back as constants (no
    gradient flows through them), and each layer's clean MLP output (and block 0's input) back as a
    constant plus a zero `delta` that requires grad, so d(anything)/d(delta) is its derivative by
    that MLP output. The model is now affine in the deltas, and a target's input is exactly the sum
-   of its direct effects plus a constant (tests/test_features_graph.py checks that sum).
+   of its direct effects plus a constant (tests/test_features_graph.py checks that sum). A skip
+   transcoder's W_skip is kept as a live linear path from the MLP's input to its output (`Skip`),
+   as circuit-tracer does: an effect through it is part of the sources' direct effects, and the
+   error node is what the features and the skip path together miss.
 4. One forward of `batch_size` copies of the prompt; per batch of target nodes, one backward from
    sum_b <v_b, x_b>: row b's activation x_b at its target's input site and position, v_b the
    target's input vector (a feature's encoder column; a logit's unembedding column minus the mean
@@ -33,7 +41,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import torch
@@ -44,6 +52,7 @@ from tqdm.auto import tqdm
 from interp import run
 from interp.circuits.eap import model_label
 from interp.errors import InterpError
+from interp.features.clt import CrossLayerTranscoder
 from interp.features.dictionary import Dictionary
 from interp.features.sites import check_fits
 from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
@@ -51,7 +60,7 @@ from interp.metrics import token_ids
 from interp.sites import check_hook_names, check_tokens, hook_name, layer_of
 from interp.memory import records_peak
 
-__all__ = ["Hold", "attribute", "frozen", "replacement_logits"]
+__all__ = ["Hold", "Replacement", "Skip", "attribute", "frozen", "replacement", "replacement_logits"]
 
 EMBED = "blocks.0.hook_resid_pre"  # the token nodes' vectors: the residual entering block 0
 UNEMBED = "unembed.hook_in"  # the logits' input, after the final norm
@@ -100,6 +109,117 @@ def frozen(model, tokens: Tensor) -> list[Hold]:
     return [Hold(n, acts[n]) for n in names if n in acts]
 
 
+@dataclass(frozen=True)
+class Skip:
+    """A Hold of an MLP's output that leaves a transcoder's skip path live: the output at
+    `site_out` is `value` + (x - `x_value`) @ W_skip (+ `delta`), x the MLP's input at `site_in` in
+    this same forward, which `seen` keeps from the input's hook until the output's (the input's
+    hook runs first in every forward). Under it the MLP's output is affine in its input through
+    W_skip alone, as circuit-tracer's replacement model makes it (skip(x) + (mlp(x) - skip(x)).detach())."""
+
+    site_in: str
+    site_out: str
+    value: Tensor
+    x_value: Tensor
+    W_skip: Tensor
+    delta: Tensor | None = None
+    seen: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "site_in", hook_name(self.site_in))
+        object.__setattr__(self, "site_out", hook_name(self.site_out))
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.site_in, self.site_out)
+
+    @property
+    def first_pos(self) -> int:
+        return 0
+
+    def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
+        if start:
+            raise InterpError(f"Skip at {self.site_out} replaces whole activations; it cannot run on a resumed forward (start={start})")
+        if site == self.site_in:
+            self.seen["x"] = act
+            return act
+        x = self.seen.pop("x")
+        skip = (x.float() - self.x_value.float()) @ self.W_skip.to(x.device).float()
+        out = self.value.to(act.dtype).expand_as(act) + skip.to(act.dtype)
+        return out if self.delta is None else out + self.delta.to(act.dtype)
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """The MLPs' replacement, per-layer transcoders or one cross-layer transcoder alike: layer l's
+    features read `sites_in[l]` and write to the outputs of layers l .. l + n_out - 1 (n_out = 1 for
+    a per-layer transcoder, every later layer for a CLT); `sites_out` names every layer's output."""
+
+    sites_in: dict[int, str]
+    sites_out: dict[int, str]
+    dicts: dict[int, Dictionary]
+    clt: CrossLayerTranscoder | None = None
+
+    @property
+    def layers(self) -> list[int]:
+        """The layers that have features."""
+        return sorted(self.sites_in)
+
+    def encode(self, layer: int, x: Tensor) -> Tensor:
+        if self.clt is not None:
+            return self.clt.activation(self.clt.pre(x.float(), layer), layer)
+        return self.dicts[layer].encode(x.float())
+
+    def encoder(self, layer: int, idx: Tensor) -> Tensor:
+        """Encoder columns [k, d_in] of layer `layer`'s features `idx`."""
+        W = self.clt.W_enc[layer] if self.clt is not None else self.dicts[layer].W_enc
+        return W.detach().float()[:, idx].T
+
+    def decoder(self, layer: int, idx: Tensor) -> Tensor:
+        """Decoder rows [k, n_out, d_out]: the writes of layer `layer`'s features `idx` to layers layer, layer + 1, ..."""
+        if self.clt is not None:
+            return self.clt.W_dec[layer].detach().float()[idx]
+        return self.dicts[layer].W_dec.detach().float()[idx][:, None]
+
+    def skip(self, layer: int) -> Tensor | None:
+        """W_skip [d_in, d_out] of `layer`'s MLP (None: no skip path)."""
+        if self.clt is not None:
+            return None if self.clt.W_skip is None else self.clt.W_skip[layer].detach()
+        return getattr(self.dicts.get(layer), "W_skip", None)
+
+    def output(self, layer: int, features: Mapping[int, Tensor], x: Tensor | None) -> Tensor | None:
+        """Layer `layer`'s reconstructed MLP output from the features of the layers up to it
+        ({layer: [pos, n]}) and its own MLP input `x` (for a skip path); None: no transcoder there."""
+        if self.clt is None and layer not in self.dicts:
+            return None
+        if self.clt is not None:
+            c = self.clt
+            out = c.b_dec[layer].float() + sum(features[l] @ c.W_dec[l][:, layer - l].float() for l in range(layer + 1))
+        else:
+            d = self.dicts[layer]
+            out = features[layer] @ d.W_dec.float() + d.b_dec.float()
+        W_skip = self.skip(layer)
+        return out if W_skip is None else out + x.float() @ W_skip.float()
+
+
+def replacement(model, transcoders) -> Replacement:
+    """Per-layer transcoders (a list or {layer: Dictionary}) or one CrossLayerTranscoder, checked against `model`."""
+    n_layers, device = model.cfg.n_layers, model.cfg.device
+    if isinstance(transcoders, CrossLayerTranscoder):
+        clt = transcoders
+        if clt.n_layers != n_layers:
+            raise InterpError(f"{clt!r} spans {clt.n_layers} layers but the model has {n_layers}")
+        check_hook_names(model, [*clt.sites_in, *clt.sites_out])
+        width = model.cfg.d_model
+        if clt.W_enc.shape[1] != width or clt.b_dec.shape[1] != width:
+            raise InterpError(f"{clt!r} reads width {clt.W_enc.shape[1]} and writes {clt.b_dec.shape[1]}; the model's "
+                              f"MLP inputs and outputs are {width} wide")
+        return Replacement(dict(enumerate(clt.sites_in)), dict(enumerate(clt.sites_out)), {}, clt.to(device))
+    by_layer = _by_layer(model, transcoders)
+    outs = {l: by_layer[l].site_out if l in by_layer else hook_name("mlp_out", l) for l in range(n_layers)}
+    return Replacement({l: d.site_in for l, d in by_layer.items()}, outs, by_layer)
+
+
 def _by_layer(model, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary]) -> dict[int, Dictionary]:
     items = list(transcoders.values()) if isinstance(transcoders, Mapping) else list(transcoders)
     out: dict[int, Dictionary] = {}
@@ -142,23 +262,31 @@ def _prompt_tokens(model, prompt: str | Tensor) -> Tensor:
     return tokens.to(model.cfg.device)
 
 
-def replacement_logits(model, tokens: Tensor, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary], *,
+Transcoders = Sequence[Dictionary] | Mapping[int, Dictionary] | CrossLayerTranscoder
+
+
+def replacement_logits(model, tokens: Tensor, transcoders: Transcoders, *,
                        errors: bool = True) -> Float[Tensor, "batch pos d_vocab"]:
-    """Logits of the prompt's replacement model: patterns and scales frozen, each transcoder's
-    reconstruction (recomputed from its input in this forward, layer by layer) in place of its MLP's
+    """Logits of the prompt's replacement model: patterns and scales frozen, the transcoders'
+    reconstruction (recomputed from their inputs in this forward, layer by layer: a cross-layer
+    transcoder's layer m sums the writes of the features of layers 0..m) in place of each MLP's
     output, plus the clean error when `errors` (then it reproduces the model's logits exactly).
     One forward per transcoder layer, each under the outputs already replaced."""
     tokens = _prompt_tokens(model, tokens)
-    by_layer = _by_layer(model, transcoders)
-    _, clean = run.cache(model, tokens, [n for d in by_layer.values() for n in (d.site_in, d.site_out)])
-    holds = frozen(model, tokens)
+    rep = replacement(model, transcoders)
+    _, clean = run.cache(model, tokens, [*rep.sites_in.values(), *(rep.sites_out[l] for l in rep.layers)])
+    xs = {l: clean[site] for l, site in rep.sites_in.items()}
+    true = {l: rep.output(l, {k: rep.encode(k, x) for k, x in xs.items()}, xs.get(l)) for l in rep.layers}
+    holds, features = frozen(model, tokens), {}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=_NORM_WARNINGS)
-        for layer in sorted(by_layer):
-            d = by_layer[layer]
-            error = clean[d.site_out] - d(clean[d.site_in]) if errors else 0.0
-            _, now = run.cache(model, tokens, [d.site_in], holds)
-            holds.append(Hold(d.site_out, d(now[d.site_in]) + error))
+        for layer in rep.layers:
+            _, now = run.cache(model, tokens, [rep.sites_in[layer]], holds)
+            x = now[rep.sites_in[layer]]
+            features[layer] = rep.encode(layer, x)
+            out = rep.output(layer, features, x)
+            error = clean[rep.sites_out[layer]].float() - true[layer] if errors else 0.0
+            holds.append(Hold(rep.sites_out[layer], out + error))
         return run.logits(model, tokens, holds)
 
 
@@ -186,13 +314,14 @@ def _logit_targets(model, last: Tensor, targets, baseline, max_logits: int, logi
 class _Sources:
     """The graph's source nodes of one prompt: active features (layer, position, feature order),
     errors [layer, pos, d_model] and token vectors [pos, d_model], with each feature's output
-    vector (activation x decoder row) and input vector (encoder column), grouped by layer."""
+    vectors (activation x decoder rows, one per layer it writes) and input vector (encoder
+    column), grouped by layer."""
 
     layer: Tensor
     pos: Tensor
     index: Tensor
     act: Tensor
-    dec: dict[int, tuple[Tensor, Tensor]]  # layer -> (positions [k], activation x decoder rows [k, d_model])
+    dec: dict[int, tuple[Tensor, Tensor]]  # layer -> (positions [k], activation x decoder rows [k, n_out, d_model])
     enc: dict[int, Tensor]  # layer -> encoder columns [k, d_in]
     errors: Tensor
     embed: Tensor
@@ -206,23 +335,27 @@ class _Sources:
         return self.enc[layer][i - int((self.layer < layer).sum())]
 
 
-def _sources(clean: dict[str, Tensor], by_layer: dict[int, Dictionary], outs: dict[int, str], skip: int) -> _Sources:
+def _sources(clean: dict[str, Tensor], rep: Replacement, skip: int) -> _Sources:
     """Features and errors from the clean run; positions before `skip` (a BOS) are no nodes."""
-    layers, pos_, idx_, act_, dec, enc, errors = [], [], [], [], {}, {}, []
-    for layer, site in outs.items():
+    layers, pos_, idx_, act_, dec, enc, acts = [], [], [], [], {}, {}, {}
+    for layer in rep.layers:
+        a = rep.encode(layer, clean[rep.sites_in[layer]][0]).detach()
+        a[:skip] = 0
+        pos, idx = torch.nonzero(a, as_tuple=True)
+        layers += [layer] * len(pos)
+        pos_.append(pos)
+        idx_.append(idx)
+        act_.append(a[pos, idx])
+        dec[layer] = (pos, rep.decoder(layer, idx) * a[pos, idx][:, None, None])
+        enc[layer] = rep.encoder(layer, idx)
+        acts[layer] = a
+    errors = []
+    for layer, site in rep.sites_out.items():
         out = clean[site][0].float()
-        if layer in by_layer:
-            d = by_layer[layer]
-            a = d.encode(clean[d.site_in][0].float()).detach()
-            a[:skip] = 0
-            pos, idx = torch.nonzero(a, as_tuple=True)
-            layers += [layer] * len(pos)
-            pos_.append(pos)
-            idx_.append(idx)
-            act_.append(a[pos, idx])
-            dec[layer] = (pos, d.W_dec.detach().float()[idx] * a[pos, idx][:, None])
-            enc[layer] = d.W_enc.detach().float()[:, idx].T
-            out = out - d.decode(a).detach().float()
+        x = clean[rep.sites_in[layer]][0] if layer in rep.sites_in else None
+        recon = rep.output(layer, acts, x)
+        if recon is not None:
+            out = out - recon.detach()
         out[:skip] = 0
         errors.append(out)
     cat = lambda xs, dtype: torch.cat(xs).cpu() if xs else torch.zeros(0, dtype=dtype)  # cpu: host-side node table; noqa: E731
@@ -234,13 +367,16 @@ class _Backward:
     """The frozen replacement model run once on `rows` copies of the prompt; `rows_of(targets)`
     gives the direct effects of every source on up to `rows` targets with one backward."""
 
-    def __init__(self, model, tokens: Tensor, clean: dict[str, Tensor], holds: list[Hold], outs: dict[int, str],
+    def __init__(self, model, tokens: Tensor, clean: dict[str, Tensor], holds: list[Hold], rep: Replacement,
                  sites: list[str], src: _Sources, rows: int):
         n_pos, device = tokens.shape[1], clean[EMBED].device
         self.src, self.seconds = src, 0.0
-        self.deltas = [torch.zeros(rows, n_pos, src.errors.shape[-1], device=device, requires_grad=True) for _ in outs]
+        self.deltas = [torch.zeros(rows, n_pos, src.errors.shape[-1], device=device, requires_grad=True) for _ in rep.sites_out]
         self.deltas.append(torch.zeros(rows, *clean[EMBED].shape[1:], device=device, requires_grad=True))
-        holds = holds + [Hold(site, clean[site], self.deltas[l]) for l, site in outs.items()]
+        for l, site in rep.sites_out.items():
+            W_skip = rep.skip(l)
+            holds = holds + [Hold(site, clean[site], self.deltas[l]) if W_skip is None else
+                             Skip(rep.sites_in[l], site, clean[site], clean[rep.sites_in[l]], W_skip, self.deltas[l])]
         holds.append(Hold(EMBED, clean[EMBED], self.deltas[-1]))
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_NORM_WARNINGS)
@@ -259,8 +395,9 @@ class _Backward:
         grads = torch.autograd.grad(loss, self.deltas, retain_graph=True, allow_unused=True)
         grads = [torch.zeros_like(x) if g is None else g.float() for g, x in zip(grads, self.deltas)]
         cols = []
-        for layer, (pos, vecs) in src.dec.items():
-            cols.append((grads[layer] @ vecs.T)[:, pos, torch.arange(len(pos), device=pos.device)])  # [rows, k]
+        for layer, (pos, vecs) in src.dec.items():  # a feature's effect: the sum over the layers it writes
+            diagonal = torch.arange(len(pos), device=pos.device)
+            cols.append(sum((grads[layer + j] @ vecs[:, j].T)[:, pos, diagonal] for j in range(vecs.shape[1])))  # [rows, k]
         cols.append(torch.einsum("lpd,blpd->blp", src.errors, torch.stack(grads[:-1], 1)).flatten(1))
         cols.append((grads[-1] * src.embed).sum(-1))
         self.seconds += time.perf_counter() - t
@@ -300,7 +437,7 @@ def _feature_rows(bwd: _Backward, logit_rows: Tensor, probs: Tensor, sites: dict
 def attribute(
     model,
     prompt: str | Tensor,
-    transcoders: Sequence[Dictionary] | Mapping[int, Dictionary],
+    transcoders: Transcoders,
     *,
     targets: Sequence[str | int] | None = None,
     baseline: str | int = "mean",
@@ -311,8 +448,10 @@ def attribute(
     drop_bos: bool = True,
     progress: bool = True,
 ) -> AttributionGraph:
-    """The attribution graph of `prompt` (a string or token ids) through `transcoders` (one
-    Dictionary per layer; a layer without one is all error). Logit nodes: `targets` (answer strings
+    """The attribution graph of `prompt` (a string or token ids) through `transcoders`: one
+    Dictionary per layer (a layer without one is all error), or one CrossLayerTranscoder (a feature
+    writes to its layer's MLP output and every later one's). A skip path (W_skip) stays a live
+    linear path from the MLP's input to its output (`Skip`). Logit nodes: `targets` (answer strings
     or vocab ids), else the most probable next tokens until `logit_prob` of the probability (at most
     `max_logits`). `baseline`: "mean" (each logit minus the vocabulary's mean logit, circuit-tracer)
     or a token (each logit minus that token's: a logit difference). `max_feature_nodes`: attribute
@@ -324,19 +463,18 @@ def attribute(
         raise InterpError(f"batch_size must be a positive int, got {batch_size!r}")
     t0 = time.perf_counter()
     tokens = _prompt_tokens(model, prompt)
-    by_layer = _by_layer(model, transcoders)
+    rep = replacement(model, transcoders)
     n_layers, n_pos = model.cfg.n_layers, tokens.shape[1]
-    outs = {l: by_layer[l].site_out if l in by_layer else hook_name("mlp_out", l) for l in range(n_layers)}
     freeze = _frozen_names(model)
     logits, clean = run.cache(model, tokens, list(dict.fromkeys(
-        [*(d.site_in for d in by_layer.values()), *outs.values(), EMBED, UNEMBED, *freeze])))
+        [*rep.sites_in.values(), *rep.sites_out.values(), EMBED, UNEMBED, *freeze])))
     bos = getattr(getattr(model, "tokenizer", None), "bos_token_id", None)
     skip = int(bool(drop_bos and bos is not None and int(tokens[0, 0]) == bos))
-    src = _sources(clean, by_layer, outs, skip)
+    src = _sources(clean, rep, skip)
     ids, probs, logit_vecs = _logit_targets(model, logits[0, -1], targets, baseline, max_logits, logit_prob)
-    sites = {l: by_layer[l].site_in for l in src.enc}
+    sites = {l: rep.sites_in[l] for l in src.enc}
     t_fwd = time.perf_counter()
-    bwd = _Backward(model, tokens, clean, [Hold(n, clean[n]) for n in freeze if n in clean], outs,
+    bwd = _Backward(model, tokens, clean, [Hold(n, clean[n]) for n in freeze if n in clean], rep,
                     list(dict.fromkeys([*sites.values(), UNEMBED])), src, batch_size)
     t_fwd = time.perf_counter() - t0
     logit_rows = torch.cat([bwd.rows_of([(UNEMBED, n_pos - 1, v) for v in logit_vecs[i:i + batch_size]])
@@ -347,7 +485,8 @@ def attribute(
     strings = [str(s) for s in model.to_str_tokens(tokens[0])]
     meta = {
         "n_layers": n_layers, "prompt": prompt if isinstance(prompt, str) else model.tokenizer.decode(tokens[0].tolist()),
-        "baseline": baseline, "drop_bos": bool(skip), "transcoder_layers": sorted(by_layer),
+        "baseline": baseline, "drop_bos": bool(skip), "transcoder_layers": rep.layers,
+        "transcoder": "cross-layer" if rep.clt is not None else "per-layer",
         "n_active_features": n_feat, "max_feature_nodes": max_feature_nodes, "batch_size": batch_size,
         "logit_tokens": {str(int(i)): str(model.tokenizer.decode([int(i)])) for i in ids},
         "seconds": {"total": time.perf_counter() - t0, "forward": t_fwd, "backward": bwd.seconds, "ranking": ranking},
