@@ -141,6 +141,12 @@ def test_skip_transcoder_files_compute_what_saelens_computes(tmp_path, kind):
     h = x @ w["W_enc"] + w["b_enc"]
     f = torch.relu(h) * (h > w["threshold"]) if "threshold" in w else torch.relu(h)
     torch.testing.assert_close(d(x), f @ w["W_dec"] + w["b_dec"] + x @ w["W_skip"].T)
+    cfg["apply_b_dec_to_input"] = True  # SAELens's TranscoderConfig refuses it: b_dec is the output's bias
+    (tmp_path / "s" / "cfg.json").write_text(json.dumps(cfg))
+    with pytest.raises(InterpError, match="apply_b_dec_to_input"):
+        load_saelens(tmp_path / "s")
+    cfg["apply_b_dec_to_input"] = False
+    (tmp_path / "s" / "cfg.json").write_text(json.dumps(cfg))
     del w["W_skip"]
     (tmp_path / "s" / "sae_weights.safetensors").unlink()
     save_file(w, str(tmp_path / "s" / "sae_weights.safetensors"))

@@ -87,7 +87,9 @@ def _config(folder: Path) -> dict:
     reshape = field(cfg, "reshape_activations", str, path, default="none")
     if reshape not in ("none", "hook_z"):
         raise refuse(path, "reshape_activations", f"is {reshape[:40]!r}", "'none' or 'hook_z'")
-    field(cfg, "apply_b_dec_to_input", bool, path, default=True)
+    if field(cfg, "apply_b_dec_to_input", bool, path, default=None) and arch.endswith("transcoder"):
+        raise refuse(path, "apply_b_dec_to_input", f"is true for a {arch!r}",
+                     "false: b_dec is the output's bias, and SAELens 6.54's TranscoderConfig refuses it too")
     for key in ("d_in", "d_sae", "d_out"):
         field(cfg, key, int, path, default=0)
     for key in ("metadata", "meta"):
