@@ -117,6 +117,8 @@ class FeatureEdit:
         if x.shape[:2] != act.shape[:2]:
             raise InterpError(f"inputs {tuple(self.inputs.shape)} do not match the activation at {d.site_out} "
                               f"{tuple(act.shape)} (from position {start}); record them from the same tokens")
+        if d.k is not None:  # a TopK dictionary's choice of features needs them all
+            return d.encode(x)[..., idx]
         return d.activation(d.pre(x, idx), idx)
 
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:

@@ -35,7 +35,7 @@ from interp.features.dictionary import Dictionary
 from interp.features.train import Recipe, from_checkpoint, mlp_sites, train_dictionaries
 from interp.storage import cache_dir, write_text_atomic
 
-__all__ = ["SUITES", "Suite", "folder", "load_dictionaries", "score", "train_suite"]
+__all__ = ["SUITES", "Suite", "commit", "folder", "load_dictionaries", "score", "train_suite"]
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,8 @@ def load_dictionaries(name: str, budget: str = "cpu", layers: tuple[int, ...] | 
     return from_checkpoint(out)
 
 
-def _commit() -> str:
+def commit() -> str:
+    """The checkout's short commit hash (empty where git cannot say)."""
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).parent, timeout=10).stdout.strip()
@@ -238,7 +239,7 @@ def score_all(names: list[str], budget: str = "cpu") -> dict:
     for name in names:
         out["budget"][name], out[name] = score(name, budget)
     out["provenance"] = {
-        "commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}",
         "wall_seconds": round(time.perf_counter() - t0, 1),
         "command": " && ".join(f"python -m interp.features.suite train {n} --budget {budget}" for n in names)
@@ -267,7 +268,7 @@ def main(argv=None) -> None:
         data = {"suite": a.names[0], **curve(a.names[0], a.budget, layers)}
         if a.bench:
             data["throughput"] = json.loads(Path(a.bench).read_text(encoding="utf-8"))
-        data["provenance"] = {"commit": _commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        data["provenance"] = {"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"}
         write_text_atomic(a.json, json.dumps(data, indent=1) + "\n")
         print(f"wrote {a.json}")

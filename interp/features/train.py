@@ -4,20 +4,23 @@ Why not SAELens: SAELens 6.x requires transformer-lens < 4 (it cannot install be
 runs on TransformerLens 4's bridge) and reads activations through HookedTransformer; its file
 format is still read and written here (`interp.features.saelens`).
 
-The smallest trainer that does the job, BatchTopK (Bussmann et al. 2024):
+One trainer, five architectures (`Recipe.architecture`; `interp.features.truth` scores them
+against features known by construction). Each step, per token (x scaled so that E|x|^2 = d_in):
 
-    h = relu(x W_enc + b_enc)            per token, x scaled so that E|x|^2 = d_in
-    f = h where h is among the batch's top (k * tokens) values, else 0
+    pre = x W_enc + b_enc
+    f = sparse(pre)                       relu, topk, batchtopk, jumprelu or matryoshka (see Recipe)
     y_hat = f W_dec + b_dec               y = x for an SAE, the MLP's output for a transcoder
-    loss = |y - y_hat|^2 / |y - mean y|^2 + aux / 32
+    loss = |y - y_hat|^2 / |y - mean y|^2 + the architecture's sparsity term + aux / 32
 
-with unit-norm decoder rows (their gradient's parallel part removed before each Adam step), and
-the AuxK loss of Gao et al. 2024 (dead features, none firing for `dead_after` tokens, rebuild the
-residual error from their own top `aux_k`), which keeps features alive without resampling. k sets
-L0 directly, so there is no L1 coefficient to tune. At inference a BatchTopK dictionary is a
-JumpReLU with one threshold for every feature (the running mean of the smallest kept activation),
-which is what `Dictionary` holds; the input and output scales are folded into its weights, so it
-reads and rebuilds raw activations.
+Decoder rows are unit-norm (their gradient's parallel part removed before each Adam step) except
+for ReLU + L1, whose penalty weighs each activation by its row's norm instead. The top-k
+architectures add the AuxK loss of Gao et al. 2024 (dead features, none firing for `dead_after`
+tokens, rebuild the residual error from their own top `aux_k`), which keeps features alive without
+resampling; k sets their L0 directly. Every architecture saves as a `Dictionary`: ReLU with no
+threshold; TopK with its k (kept per token at inference); JumpReLU with its trained thresholds;
+BatchTopK and Matryoshka as a JumpReLU with one threshold for every feature (the running mean of
+the smallest kept activation). The input and output scales are folded into the weights, so a
+dictionary reads and rebuilds raw activations.
 
 Many dictionaries train at once from one model forward per step (all 30 layers of SmolLM2 read
 one pass); activations come through `interp.run.cache`. Each step is one forward's trainable
@@ -40,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import math
 import sys
 import time
 import types
@@ -60,13 +64,26 @@ from interp.sites import check_tokens, hook_name
 from interp.storage import write_tensors_atomic
 from interp.memory import records_peak
 
-__all__ = ["CODE_VERSION", "Recipe", "fit", "from_checkpoint", "mlp_sites", "train_dictionaries"]
+__all__ = ["ARCHITECTURES", "CODE_VERSION", "Recipe", "fit", "fit_each", "from_checkpoint", "mlp_sites", "train_dictionaries"]
+
+
+ARCHITECTURES = ("relu", "topk", "batchtopk", "jumprelu", "matryoshka")
+THRESHOLD_START = 0.5  # JumpReLU's thresholds at step 0, in scaled units
 
 
 @dataclass(frozen=True)
 class Recipe:
     """How one set of dictionaries trains. `tokens`: the budget in trainable tokens (each
-    dictionary sees all of them); `rows`: token rows per model forward (= per step)."""
+    dictionary sees all of them); `rows`: token rows per model forward (= per step).
+
+    `architecture` says how activations are made sparse (pre = x W_enc + b_enc, x scaled):
+    "relu": relu(pre), loss + l1_coefficient * sum_i f_i |W_dec_i| / var(y) (Anthropic, April 2024;
+    decoder rows free in norm); "topk": each token's k largest; "batchtopk": the batch's k * tokens
+    largest; "jumprelu": pre * (pre > theta_i), per-feature thresholds trained through the
+    rectangle-kernel pseudo-derivative of width `bandwidth` with loss + l0_coefficient * L0
+    (Rajamanoharan et al. 2024); "matryoshka": BatchTopK whose nested prefixes `prefixes` (feature
+    counts, the last = n_features; () halves n_features three times) each rebuild y, the loss their
+    mean (Bussmann et al. 2025). k is used by the three top-k architectures only."""
 
     n_features: int = 2048
     k: int = 32
@@ -78,6 +95,11 @@ class Recipe:
     seed: int = 0
     checkpoint_every: int = 50
     threshold_momentum: float = 0.9
+    architecture: str = "batchtopk"
+    l1_coefficient: float = 5.0
+    l0_coefficient: float = 1e-3
+    bandwidth: float = 0.05
+    prefixes: Sequence[int] = ()
 
     def __post_init__(self) -> None:
         for name in ("n_features", "k", "tokens", "rows", "aux_k", "dead_after", "checkpoint_every"):
@@ -86,6 +108,23 @@ class Recipe:
                 raise InterpError(f"Recipe.{name}={v!r} must be an int >= 1")
         if self.k > self.n_features:
             raise InterpError(f"Recipe.k={self.k} must be at most n_features={self.n_features}")
+        if self.architecture not in ARCHITECTURES:
+            raise InterpError(f"Recipe.architecture={self.architecture!r} is not one of {ARCHITECTURES}")
+        for name in ("l1_coefficient", "l0_coefficient", "bandwidth"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or (name == "bandwidth" and v == 0):
+                raise InterpError(f"Recipe.{name}={v!r} must be a number >= 0" + (" (> 0)" if name == "bandwidth" else ""))
+        prefixes = tuple(self.prefixes)
+        if prefixes and (any(isinstance(m, bool) or not isinstance(m, int) for m in prefixes)
+                         or list(prefixes) != sorted(set(prefixes)) or prefixes[0] < 1 or prefixes[-1] != self.n_features):
+            raise InterpError(f"Recipe.prefixes={self.prefixes!r} must be increasing feature counts >= 1 ending at "
+                              f"n_features={self.n_features} (or () for halvings of n_features)")
+        object.__setattr__(self, "prefixes", prefixes)  # a saved recipe (a JSON list) reads back as the same tuple
+
+    @property
+    def nested(self) -> tuple[int, ...]:
+        """The matryoshka prefixes trained: `prefixes`, or n_features halved up to three times."""
+        return self.prefixes or tuple(sorted({max(1, self.n_features >> j) for j in range(4)}))
 
 
 def mlp_sites(layer: int) -> tuple[str, str]:
@@ -94,8 +133,49 @@ def mlp_sites(layer: int) -> tuple[str, str]:
     return f"blocks.{layer}.ln2.hook_normalized", hook_name("mlp_out", layer)
 
 
+class _JumpReLU(torch.autograd.Function):
+    """z * (z > theta); in z its true derivative (z > theta), in theta the rectangle-kernel
+    pseudo-derivative -(theta / eps) K((z - theta) / eps), K(u) = 1 for |u| < 1/2 (Rajamanoharan et al. 2024)."""
+
+    @staticmethod
+    def forward(ctx, z: Tensor, theta: Tensor, eps: float) -> Tensor:
+        ctx.save_for_backward(z, theta)
+        ctx.eps = eps
+        return z * (z > theta)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        z, theta = ctx.saved_tensors
+        near = (z - theta).abs() < ctx.eps / 2
+        return g * (z > theta), -(theta / ctx.eps) * (g * near).sum(0), None
+
+
+class _Step(torch.autograd.Function):
+    """The step (z > theta) as a number: no gradient in z, in theta -(1 / eps) K((z - theta) / eps)."""
+
+    @staticmethod
+    def forward(ctx, z: Tensor, theta: Tensor, eps: float) -> Tensor:
+        ctx.save_for_backward(z, theta)
+        ctx.eps = eps
+        return (z > theta).to(z.dtype)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        z, theta = ctx.saved_tensors
+        near = (z - theta).abs() < ctx.eps / 2
+        return None, -(g * near).sum(0) / ctx.eps, None
+
+
+def _keep(h: Tensor, top) -> Tensor:
+    """`h` with only `top`'s (topk of h, flattened or per row) entries kept."""
+    flat = h.flatten() if top.indices.ndim == 1 else h
+    return torch.zeros_like(flat).scatter(-1, top.indices, top.values).view_as(h)
+
+
 class _Trainee:
     """One dictionary's parameters, optimizer and counters (in scaled units)."""
+
+    NAMES = ("W_enc", "b_enc", "W_dec", "b_dec")
 
     def __init__(self, d_in: int, d_out: int, recipe: Recipe, gen: torch.Generator, y_mean: Tensor,
                  s_in: float, s_out: float):
@@ -109,50 +189,92 @@ class _Trainee:
             .contiguous().requires_grad_(True)
         self.b_enc = torch.zeros(n, device=device, requires_grad=True)
         self.b_dec = (y_mean * s_out).float().clone().requires_grad_(True)
+        if recipe.architecture == "jumprelu":  # at the start a pre-activation has variance about 1 (unit rows, E|x|^2 = d_in)
+            self.log_threshold = torch.full((n,), math.log(THRESHOLD_START), device=device, requires_grad=True)
+        self.recipe = recipe
         self.opt = torch.optim.Adam(self.params, lr=recipe.lr, betas=(0.9, 0.999))
         self.since = torch.zeros(n, dtype=torch.long, device=device)  # tokens since each feature last fired
         self.threshold = torch.zeros((), device=device)
         self.s_in, self.s_out = s_in, s_out
 
     @property
+    def names(self) -> tuple[str, ...]:
+        return self.NAMES + (("log_threshold",) if self.recipe.architecture == "jumprelu" else ())
+
+    @property
     def params(self) -> list[Tensor]:
-        return [self.W_enc, self.b_enc, self.W_dec, self.b_dec]
+        return [getattr(self, n) for n in self.names]
+
+    def sparse(self, pre: Tensor) -> tuple[Tensor, Tensor | None]:
+        """(feature activations, the kept values whose smallest sets a batch-top-k threshold) of pre [T, n]."""
+        r = self.recipe
+        if r.architecture == "jumprelu":
+            return _JumpReLU.apply(pre, self.log_threshold.exp(), r.bandwidth), None
+        h = torch.relu(pre)
+        if r.architecture == "relu":
+            return h, None
+        if r.architecture == "topk":
+            return _keep(h, h.topk(r.k, dim=1, sorted=False)), None
+        kept = h.flatten().topk(r.k * h.shape[0], sorted=False)  # batchtopk, matryoshka
+        return _keep(h, kept), kept.values
+
+    def decode(self, f: Tensor, width: int | None = None) -> Tensor:
+        """y_hat [T, d_out] from the first `width` features of f (all when None)."""
+        return f[:, :width] @ self.W_dec[:width] + self.b_dec
+
+    def losses(self, pre: Tensor, f: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """(the loss minimised, the full dictionary's normalised reconstruction error)."""
+        r = self.recipe
+        var = (y - y.mean(0)).pow(2).sum(-1).mean()
+        nmse = (y - self.decode(f)).pow(2).sum(-1).mean() / var
+        if r.architecture == "relu":  # L1 weighted by decoder norms: shrinking a row buys nothing
+            return nmse + r.l1_coefficient * (f * self.W_dec.norm(dim=1)).sum(-1).mean() / var, nmse
+        if r.architecture == "jumprelu":
+            l0 = _Step.apply(pre, self.log_threshold.exp(), r.bandwidth).sum(-1).mean()
+            return nmse + r.l0_coefficient * l0, nmse
+        if r.architecture == "matryoshka":  # each nested prefix rebuilds y on its own
+            inner = [(y - self.decode(f, m)).pow(2).sum(-1).mean() / var for m in r.nested[:-1]]
+            return torch.stack(inner + [nmse]).mean(), nmse
+        return nmse, nmse
+
+    def auxk(self, pre: Tensor, err: Tensor) -> Tensor:
+        """Gao et al.'s AuxK loss (top-k architectures): dead features rebuild the residual error
+        from their own top aux_k."""
+        dead = self.since > self.recipe.dead_after
+        if self.recipe.architecture in ("relu", "jumprelu") or not dead.any():
+            return torch.zeros((), device=pre.device)
+        hd = torch.relu(pre[:, dead])
+        e_hat = _keep(hd, hd.topk(min(self.recipe.aux_k, hd.shape[1]), dim=1)) @ self.W_dec[dead]
+        return (err - e_hat).pow(2).sum(-1).mean() / (err - err.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
 
     def step(self, x: Tensor, y: Tensor, recipe: Recipe, first: bool) -> dict[str, float]:
         x, y = x * self.s_in, y * self.s_out
-        h = torch.relu(x @ self.W_enc + self.b_enc)  # [T, n]
-        kept = h.flatten().topk(recipe.k * x.shape[0], sorted=False)
-        f = torch.zeros_like(h).flatten().scatter(0, kept.indices, kept.values).view_as(h)
-        y_hat = f @ self.W_dec + self.b_dec
-        var = (y - y.mean(0)).pow(2).sum(-1).mean()
-        err = y - y_hat
-        loss = err.pow(2).sum(-1).mean() / var
-        dead = self.since > recipe.dead_after
-        aux = torch.zeros((), device=x.device)
-        if dead.any():  # AuxK: dead features rebuild the residual error from their own top aux_k
-            hd = h[:, dead]
-            top = hd.topk(min(recipe.aux_k, hd.shape[1]), dim=1)
-            e_hat = torch.zeros_like(hd).scatter(1, top.indices, top.values) @ self.W_dec[dead]
-            e = err.detach()
-            aux = (e - e_hat).pow(2).sum(-1).mean() / (e - e.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
+        pre = x @ self.W_enc + self.b_enc  # [T, n]
+        f, kept = self.sparse(pre)
+        loss, nmse = self.losses(pre, f, y)
+        aux = self.auxk(pre, (y - self.decode(f)).detach())
         self.opt.zero_grad(set_to_none=True)
         (loss + aux / 32).backward()
         with torch.no_grad():
-            w, g = self.W_dec, self.W_dec.grad
-            g -= (g * w).sum(1, keepdim=True) * w  # move along the unit sphere only
+            if recipe.architecture != "relu":  # unit-norm decoder rows: move along the sphere only
+                w, g = self.W_dec, self.W_dec.grad
+                g -= (g * w).sum(1, keepdim=True) * w
             self.opt.step()
-            w /= w.norm(dim=1, keepdim=True)
+            if recipe.architecture != "relu":
+                self.W_dec /= self.W_dec.norm(dim=1, keepdim=True)
             fired = (f > 0).any(0)
+            dead = float((self.since > recipe.dead_after).float().mean())
             self.since += x.shape[0]
             self.since[fired] = 0
-            smallest = kept.values[kept.values > 0].min() if (kept.values > 0).any() else torch.zeros((), device=x.device)
-            m = 0.0 if first else recipe.threshold_momentum
-            self.threshold = m * self.threshold + (1 - m) * smallest
+            if kept is not None:  # the inference threshold: a running mean of the smallest kept activation
+                smallest = kept[kept > 0].min() if (kept > 0).any() else torch.zeros((), device=x.device)
+                m = 0.0 if first else recipe.threshold_momentum
+                self.threshold = m * self.threshold + (1 - m) * smallest
             l0 = float((f > 0).sum(1).float().mean())
-        return {"nmse": float(loss.detach()), "aux": float(aux.detach()), "l0": l0, "dead": float(dead.float().mean())}
+        return {"nmse": float(nmse.detach()), "aux": float(aux.detach()), "l0": l0, "dead": dead}
 
     def state(self, i: int) -> dict[str, Tensor]:
-        out = {f"{i}.{n}": t.detach() for n, t in zip(("W_enc", "b_enc", "W_dec", "b_dec"), self.params)}
+        out = {f"{i}.{n}": t.detach() for n, t in zip(self.names, self.params)}
         for j, p in enumerate(self.params):
             st = self.opt.state.get(p, {})
             for key in ("exp_avg", "exp_avg_sq", "step"):
@@ -165,7 +287,7 @@ class _Trainee:
 
     def restore(self, i: int, t: dict[str, Tensor]) -> None:
         with torch.no_grad():
-            for n, p in zip(("W_enc", "b_enc", "W_dec", "b_dec"), self.params):
+            for n, p in zip(self.names, self.params):
                 p.copy_(t[f"{i}.{n}"])
         for j, p in enumerate(self.params):
             if f"{i}.adam{j}.exp_avg" in t:  # moments beside their parameter; Adam keeps `step` on the CPU
@@ -175,17 +297,33 @@ class _Trainee:
         self.threshold = t[f"{i}.threshold"].to(self.b_enc.device)
         self.s_in, self.s_out = (float(v) for v in t[f"{i}.scales"])
 
+    @classmethod
+    def saved(cls, i: int, t: dict[str, Tensor], recipe: Recipe) -> "_Trainee":
+        """Trainee `i` of checkpoint tensors `t`, enough to make its dictionary (no optimizer)."""
+        self = cls.__new__(cls)
+        self.recipe = recipe
+        for n in self.names:
+            setattr(self, n, t[f"{i}.{n}"])
+        self.threshold = t[f"{i}.threshold"]
+        self.s_in, self.s_out = (float(v) for v in t[f"{i}.scales"])
+        return self
+
     def dictionary(self, site_in: str, site_out: str, model_name: str, meta: dict) -> Dictionary:
-        """The trained dictionary on raw activations: scales folded into the weights."""
+        """The trained dictionary on raw activations: scales folded into the weights (the
+        pre-activations, and so the thresholds, are unchanged by them)."""
         def out(t: Tensor) -> Tensor:  # a result lives on the CPU, as every result (Dictionary.to moves it)
             return t.detach().to("cpu", copy=True).contiguous()
 
+        arch, n = self.recipe.architecture, self.W_enc.shape[1]
+        threshold = {"relu": None, "topk": None, "jumprelu": getattr(self, "log_threshold", None)}.get(arch, self.threshold)
         with torch.no_grad():
+            if arch == "jumprelu":
+                threshold = threshold.exp()
             return Dictionary(
                 W_enc=out(self.W_enc * self.s_in), b_enc=out(self.b_enc),
                 W_dec=out(self.W_dec / self.s_out), b_dec=out(self.b_dec / self.s_out),
-                site_in=site_in, site_out=site_out, threshold=out(self.threshold.expand(self.W_enc.shape[1])),
-                model=model_name, meta=meta)
+                site_in=site_in, site_out=site_out, threshold=None if threshold is None else out(threshold.expand(n)),
+                model=model_name, meta={"trainer": f"interp {arch}", **meta}, k=self.recipe.k if arch == "topk" else None)
 
 
 class _History:
@@ -253,7 +391,8 @@ def _digest(*tensors: Tensor) -> str:
 
 # the trainer's code version: a digest of the code that decides the weights (the step, its data
 # order and activations), so a checkpoint is not resumed by changed training code
-CODE_VERSION = hashlib.sha256("".join(inspect.getsource(f) for f in (_Trainee, _batch, _order, _rows_of_step))
+CODE_VERSION = hashlib.sha256("".join(inspect.getsource(f) for f in (_JumpReLU, _Step, _keep, _Trainee, _batch, _order,
+                                                                      _rows_of_step))
                               .encode()).hexdigest()[:12]
 
 
@@ -379,7 +518,7 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
     bar.close()
     result = {}
     for i, (t, (r, pair)) in enumerate(zip(trainees, jobs)):
-        meta = {"trainer": "interp BatchTopK", "code": CODE_VERSION, "recipe": asdict(r), "tokens": seen,
+        meta = {"code": CODE_VERSION, "recipe": asdict(r), "tokens": seen,
                 "steps": step, "seconds": round(seconds, 1), "forward_seconds": round(forward_s, 1),
                 "source": source or {}, "history": history.rows[i]}
         d = t.dictionary(*pair, model_name, meta)
@@ -388,13 +527,7 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
     return result
 
 
-@records_peak
-def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Recipe(), batch: int = 1024,
-        site_out: str | None = None, model_name: str = "") -> Dictionary:
-    """One dictionary trained on activations in memory: `x` [tokens, d_in] (and `y` [tokens,
-    d_out] for a transcoder; an SAE rebuilds x), `recipe.tokens` tokens in shuffled batches of
-    `batch`. For activations a user already has (and planted tests); no checkpoints."""
-    y = x if y is None else y
+def _check_fit(x: Tensor, y: Tensor, batch: int) -> None:
     if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
         raise InterpError(f"fit needs x [tokens, d_in] and y [tokens, d_out] of equal length; got {tuple(x.shape)}, {tuple(y.shape)}")
     for name, t in (("x", x), ("y", y)):
@@ -409,20 +542,42 @@ def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Re
                               "activations of many tokens")
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise InterpError(f"batch={batch!r} must be an int >= 1")
-    gen = torch.Generator().manual_seed(recipe.seed)
+
+
+@records_peak
+def fit_each(x: Tensor, y: Tensor | None = None, *, site_in: str, recipes: Sequence[Recipe], batch: int = 1024,
+             site_out: str | None = None, model_name: str = "") -> list[Dictionary]:
+    """One dictionary per recipe, all trained from one stream of batches of activations in memory:
+    `x` [tokens, d_in] (and `y` [tokens, d_out] for a transcoder; an SAE rebuilds x),
+    `tokens` tokens in shuffled batches of `batch`. The recipes may differ in anything but
+    DATA_FIELDS; each starts from its own seeded generator, so each dictionary is the one `fit`
+    trains from its recipe alone. For activations a user already has (and planted tests); no checkpoints."""
+    y = x if y is None else y
+    _check_fit(x, y, batch)
+    recipes = _recipes(recipes)
+    first = recipes[0]
     s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
     s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
-    t = _Trainee(x.shape[1], y.shape[1], recipe, gen, y.mean(0), s_in, s_out)
-    seen, step, history = 0, 0, _History(1)
-    while seen < recipe.tokens:
-        idx = torch.randint(len(x), (batch,), generator=gen)
-        history.add([t.step(x[idx].float(), y[idx].float(), recipe, first=step == 0)])
+    trainees = [_Trainee(x.shape[1], y.shape[1], r, torch.Generator().manual_seed(r.seed), y.mean(0), s_in, s_out)
+                for r in recipes]
+    order = torch.Generator().manual_seed(first.seed * 1_000_003 + 1)  # the batches' own stream, apart from the starts
+    seen, step, history = 0, 0, _History(len(recipes))
+    while seen < first.tokens:
+        idx = torch.randint(len(x), (batch,), generator=order)
+        xb, yb = x[idx.to(x.device)].float(), y[idx.to(y.device)].float()
+        history.add([t.step(xb, yb, r, first=step == 0) for t, r in zip(trainees, recipes)])
         seen, step = seen + batch, step + 1
-        if step % recipe.checkpoint_every == 0 or seen >= recipe.tokens:
+        if step % first.checkpoint_every == 0 or seen >= first.tokens:
             history.close(step, seen)
-    meta = {"trainer": "interp BatchTopK", "code": CODE_VERSION, "recipe": asdict(recipe), "tokens": seen,
-            "steps": step, "history": history.rows[0]}
-    return t.dictionary(site_in, site_out or site_in, model_name, meta)
+    return [t.dictionary(site_in, site_out or site_in, model_name, {"code": CODE_VERSION, "recipe": asdict(r),
+                                                                     "tokens": seen, "steps": step, "history": h})
+            for t, r, h in zip(trainees, recipes, history.rows)]
+
+
+def fit(x: Tensor, y: Tensor | None = None, *, site_in: str, recipe: Recipe = Recipe(), batch: int = 1024,
+        site_out: str | None = None, model_name: str = "") -> Dictionary:
+    """One dictionary trained on activations in memory (`fit_each` of one recipe)."""
+    return fit_each(x, y, site_in=site_in, recipes=[recipe], batch=batch, site_out=site_out, model_name=model_name)[0]
 
 
 def from_checkpoint(out: str | Path) -> dict[tuple, Dictionary]:
@@ -436,14 +591,12 @@ def from_checkpoint(out: str | Path) -> dict[tuple, Dictionary]:
         saved = {k: fh.get_tensor(k) for k in fh.keys()}
     ident = json.loads(meta["identity"])
     plain = ident["recipe"] if isinstance(ident["recipe"], list) else [ident["recipe"]]
-    recipes = [Recipe(**{**r, "tokens": int(meta["tokens"])}) for r in plain]
+    # a checkpoint from before the architecture field trained BatchTopK
+    recipes = [Recipe(**{"architecture": "batchtopk", **r, "tokens": int(meta["tokens"])}) for r in plain]
     result = {}
     for i, (recipe, (site_in, site_out)) in enumerate((r, p) for r in recipes for p in ident["pairs"]):
-        t = _Trainee.__new__(_Trainee)
-        t.W_enc, t.b_enc, t.W_dec, t.b_dec = (saved[f"{i}.{n}"] for n in ("W_enc", "b_enc", "W_dec", "b_dec"))
-        t.threshold = saved[f"{i}.threshold"]
-        t.s_in, t.s_out = (float(v) for v in saved[f"{i}.scales"])
-        meta_i = {"trainer": "interp BatchTopK", "code": ident.get("code"), "recipe": asdict(recipe),
+        t = _Trainee.saved(i, saved, recipe)
+        meta_i = {"code": ident.get("code"), "recipe": asdict(recipe),
                   "tokens": int(meta["tokens"]), "steps": int(meta["step"]), "seconds": round(float(meta["seconds"]), 1),
                   "forward_seconds": round(float(meta["forward_seconds"]), 1), "source": ident["source"],
                   "history": json.loads(meta["history"])[i] if meta.get("history") else []}
