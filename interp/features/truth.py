@@ -164,8 +164,8 @@ class Budget:
     seeds: int
     batch: int = 1024
     lr: float = 3e-3
-    l1_grid: tuple[float, ...] = (0.3, 0.6, 1.2, 2.5)
-    l0_grid: tuple[float, ...] = (3e-3, 1e-2, 3e-2, 0.1)
+    l1_grid: tuple[float, ...] = (0.1, 0.3, 1.0)
+    l0_grid: tuple[float, ...] = (3e-3, 1e-2, 0.1)
     held_out: int = 8192
     cases: tuple[str, ...] = tuple(CASES)
 
@@ -173,7 +173,7 @@ class Budget:
 BUDGETS = {
     "quick": Budget(d=16, tokens=20_000, seeds=2, l1_grid=(0.6,), l0_grid=(3e-2,), held_out=2048,
                     cases=("independent", "planted")),
-    "full": Budget(d=64, tokens=300_000, seeds=3),
+    "full": Budget(d=64, tokens=200_000, seeds=3),
 }
 
 
