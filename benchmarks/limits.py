@@ -16,7 +16,7 @@ blocks L.. at positions p.. (every position for a head cell) at batch 8 and the 
 position, at the per-block-position cost of one full batch-8 forward (benchmarks/real.py
 `limit_costs`, timed before each interp sweep and after the last, median of those; its blocks are
 the bridge's wrappers, so the JSON also prices the limit at the native body's cost). interp runs
-them natively (`interp.position_resume`; "path" in the JSON says which path ran). TL runs one full
+them natively (`interp.run.packed`; "path" in the JSON says which path ran). TL runs one full
 forward per cell: timed on every K-th cell right after interp's sweep (--resid-repeats times,
 best of) and scaled by the cell count; agreement over those cells.
 
@@ -89,9 +89,9 @@ def attribution(model, task, io, s, repeats: int, tl: bool) -> dict:
 
 def native_block_position(model, clean, reps: int = 5) -> float:
     """s per block-position of the HF decoder body at batch 8 with none of the bridge's components
-    (`interp.native.unwrapped`: what the packed path runs on), best of `reps`. The limit above is
+    (`interp.model.native.unwrapped`: what the packed path runs on), best of `reps`. The limit above is
     priced through `model.original_model.model`, whose blocks are the bridge's wrappers."""
-    from interp import native
+    from interp.model import native
 
     body = native.unwrapped(model).model
     with torch.no_grad():

@@ -8,7 +8,7 @@ Rows (learn_mask has its own: benchmarks/masking.py):
 * probe check: one validation check of `probing.probe` (the specialization study's unit of work):
   build the candidate masks from the weights' quantile groups, run the 32 validation rows under
   the `WeightMask` with `run.evaluate` (logits at the answer positions), read option accuracy. The
-  plain loop does the same on the HF model under the bridge (`interp.native.unwrapped`: the same
+  plain loop does the same on the HF model under the bridge (`interp.model.native.unwrapped`: the same
   processed weights, no wrappers) with `torch.func.functional_call` swapping in w * mask, and
   unembeds the answer positions only. Both must give the same accuracy on every check.
 * finetune step: one Adam step of `grafting.finetune` (every attention and MLP matrix, batch 8,
@@ -33,7 +33,7 @@ from torch.func import functional_call
 import interp
 from interp import grafting, probing, run
 from interp.interventions import WeightMask
-from interp.native import unwrapped
+from interp.model.native import unwrapped
 from interp.probing.probe import levels, linears
 from interp.tasks import domains
 

@@ -6,7 +6,8 @@ run; the Grid holds the metric of each patched run. `"noise"` runs clean and pat
 
 Each cell is a `Patch` intervention and every cell of a sweep is one variant of `interp.run.evaluate`:
 many cells share one batched forward, and on a causal decoder each forward begins at its cells'
-first patched block and position, the rest taken from one recorded base run. The numbers are
+first patched block and position, the rest taken from one recorded base run (the runner chooses
+how; meta["path"] names the engine it chose). The numbers are
 the same as TransformerLens's to float rounding (the tests hold them to 1e-4).
 
 Units. Every result's meta names the metric (`meta["metric"]`: the Task's metric name, else the
@@ -30,7 +31,7 @@ from typing import Literal, Sequence
 import torch
 from torch import Tensor
 
-from interp import position_resume, run
+from interp import run
 from interp.errors import InterpError
 from interp.interventions import Patch
 from interp.metrics import Metric, for_task
@@ -243,21 +244,12 @@ def activation_patch(
         variants = [[Patch(names[l], sources[(l, keys[p])], head=h)] for l, p, h in todo]
         labels = tuple(tuple(keys) if i == p_axis else ls for i, ls in enumerate(labels))
     else:
-        base_logits, base_acts = run.cache(model, base, names if by_pos else [], answer_pos=answer_pos)
+        base_logits, _ = run.cache(model, base, [], answer_pos=answer_pos)
         variants = [[Patch(names[l], source_acts[names[l]], pos=p, head=h)] for l, p, h in todo]
     clean_logits, corrupt_logits = (source_logits, base_logits) if direction == "denoise" else (base_logits, source_logits)
-    values, path = None, "native packed"  # meta["path"] says which ran (a native path may decline)
-    if position_resume.applies(model, site, by_pos, mode):  # each cell from its block and position, packed per layer
-        values = position_resume.resid_pre_by_pos(model, [base_acts[n] for n in names], [source_acts[n] for n in names],
-                                                  metric, base_logits, answer_pos, cap=variants_per_forward,
-                                                  progress=progress)
-    elif position_resume.heads_apply(model, site, by_pos):  # each layer's heads from its o_proj, natively
-        values, path = position_resume.z_all_pos(model, base, [source_acts[n] for n in names], metric, base_logits,
-                                                 answer_pos, cap=variants_per_forward, progress=progress), "native"
-    if values is None:
-        path = "runner"
-        values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
-                              answer_pos=answer_pos, progress=progress, desc=f"patch {site}")
+    path = run.engine_of(model, base, variants)  # meta["path"] says which engine the runner chose
+    values = run.evaluate(model, base, variants, metric, variants_per_forward=variants_per_forward,
+                          answer_pos=answer_pos, progress=progress, desc=f"patch {site}")
     grid = Grid(
         values.view(shape),
         axes,

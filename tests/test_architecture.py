@@ -9,7 +9,10 @@
 - no module uses another module's private (`_name`) names;
 - no function over 80 lines outside the studies (`interp.studies`, one file per paper);
 - no capability (a subpackage, or a task family in `interp.tasks`) exports more than 15 names in
-  `__all__`; rarely used names stay importable from their modules.
+  `__all__`; rarely used names stay importable from their modules;
+- the runner owns every engine: no module outside `interp.run` imports one of its modules (only the
+  package, `interp.run`), nor tests an engine's name (a comparison with a name in the runner's
+  `ENGINES`): capabilities say what to compute, never how.
 
 Each rule is proven on a planted violation (a small package written to tmp_path). What still
 breaks a rule today sits in ONE allowlist below, each entry naming the file's owner and why;
@@ -261,6 +264,40 @@ def surfaces(root: Path, limit: int = 15) -> list[tuple[str, str]]:
     return found
 
 
+def engine_names(root: Path) -> set[str]:
+    """The runner's engine names: the strings of every `ENGINES = (...)` in its modules."""
+    names = set()
+    for name, path in modules(root).items():
+        if name == f"{root.name}.run" or name.startswith(f"{root.name}.run."):
+            for node in ast.parse(path.read_text(encoding="utf-8")).body:
+                target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+                if getattr(target, "id", None) == "ENGINES" and isinstance(node.value, (ast.Tuple, ast.List)):
+                    names |= {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    return names
+
+
+def engine_branches(root: Path) -> list[tuple[str, str]]:
+    """(module, what) for each module outside the runner that imports one of the runner's modules
+    (the package itself is the interface) or compares a value with an engine's name."""
+    run = f"{root.name}.run"
+    engines = engine_names(root)
+    mods = modules(root)
+    found = []
+    for name, path in mods.items():
+        if name == run or name.startswith(run + "."):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for _, target, _ in _imports(name, path, mods, tree):
+            if target.startswith(run + "."):
+                found.append((name, f"imports engine module {target}"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Compare):
+                for side in [node.left, *node.comparators]:
+                    if isinstance(side, ast.Constant) and side.value in engines:
+                        found.append((name, f"tests engine name {side.value!r}"))
+    return sorted(set(found))
+
+
 def violations(root: Path) -> set[tuple[str, str]]:
     """Every rule broken in the package at `root`, as (module, what)."""
     pkg = root.name
@@ -271,6 +308,7 @@ def violations(root: Path) -> set[tuple[str, str]]:
     found |= {(m, f"private {what}") for m, what in private_uses(root)}
     found |= set(long_functions(root))
     found |= set(surfaces(root))
+    found |= set(engine_branches(root))
     # the package re-exports interp.hooks for notebooks (`interp.hooks`, `interp.hooked`)
     return {(m, w) for m, w in found if not (m == pkg and w.startswith(f"imports {pkg}.hooks"))}
 
@@ -285,6 +323,8 @@ def test_interp_keeps_the_rules():
 def _plant(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "pkg"
     for rel, text in {"__init__.py": "", "run.py": "", "hooks.py": "def hooks(model): pass\n", **files}.items():
+        if text is None:  # left out (the runner as a package instead of run.py)
+            continue
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
@@ -395,3 +435,22 @@ def test_a_planted_capability_with_over_15_names_fails(tmp_path):
     grown = names(10) + "__all__ += ['g0', 'g1', 'g2', 'g3', 'g4', 'g5']\n"  # 16, added section by section
     assert violations(_plant(tmp_path / "grown", {**CLEAN, "cap/__init__.py": grown})) == {
         ("pkg.cap", "exports 16 names (over 15)")}
+
+
+RUNNER_PACKAGE = {"run.py": None, "run/__init__.py": "from pkg.run.engine import evaluate\n",
+                  "run/engine.py": "ENGINES = ('runner', 'native packed')\n\ndef evaluate(v):\n    return v\n"}
+
+
+@pytest.mark.parametrize("code, what", [
+    ("from pkg.run.engine import evaluate\n", "imports engine module pkg.run.engine"),
+    ("def f():\n    from pkg.run import engine\n", "imports engine module pkg.run.engine"),
+    ("def f(meta):\n    return 1 if meta['path'] == 'native packed' else 2\n", "tests engine name 'native packed'"),
+    ("def f(path):\n    return 'runner' != path\n", "tests engine name 'runner'"),
+])
+def test_a_planted_engine_branch_outside_the_runner_fails(tmp_path, code, what):
+    root = _plant(tmp_path, {**CLEAN, **RUNNER_PACKAGE, "cap/b.py": code})
+    assert violations(root) == {("pkg.cap.b", what)}
+    inside = {**CLEAN, **RUNNER_PACKAGE, "run/other.py": code}
+    assert violations(_plant(tmp_path / "ok", inside)) == set()  # the runner may
+    public = "from pkg import run\n\ndef f(v):\n    return run.evaluate(v), {'path': 'native packed'}\n"
+    assert violations(_plant(tmp_path / "pub", {**CLEAN, **RUNNER_PACKAGE, "cap/b.py": public})) == set()

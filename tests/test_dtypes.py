@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import interp
-from interp import patching, position_resume
+from interp import patching, run
 from interp import steering as st
 from interp.model import resolve
 from interp.run.hf_hooks import native_agrees
@@ -48,7 +48,7 @@ def test_the_check_is_made_per_dtype(low, device):
     assert native_agrees(model)
     # the same model judged with float32's tolerance would be refused: the bf16 check is not vacuous
     if dtype == "bfloat16" and name != "lm-gemma2":
-        from interp.native import unwrapped
+        from interp.model.native import unwrapped
 
         tokens = torch.arange(1, 9, device=device).remainder(model.cfg.d_vocab_out)[None]
         with torch.no_grad():
@@ -63,7 +63,7 @@ def test_packed_position_patching_runs_natively_and_equals_the_bridge_path(low, 
                                               progress=False)
     ours = sweep()
     with monkeypatch.context() as m:
-        m.setattr(position_resume, "applies", lambda *a: False)
+        m.setattr(run.packed, "cells", lambda *a: None)
         bridge = sweep()
     assert ours.meta["path"] == "native packed" and bridge.meta["path"] == "runner"
     scale = max(1.0, float(bridge.values.abs().max()))
@@ -77,7 +77,7 @@ def test_head_patching_runs_natively_and_equals_the_bridge_path(low, task, monke
     sweep = lambda: patching.activation_patch(model, task, site="z", progress=False)  # noqa: E731
     ours = sweep()
     with monkeypatch.context() as m:
-        m.setattr(position_resume, "heads_apply", lambda *a: False)
+        m.setattr(run.heads, "cells", lambda *a: None)
         bridge = sweep()
     assert ours.meta["path"] == "native" and bridge.meta["path"] == "runner"
     scale = max(1.0, float(bridge.values.abs().max()))
@@ -119,7 +119,7 @@ def test_a_planted_difference_in_one_stage_is_caught_in_bf16(where, monkeypatch)
     by far less than bf16 rounds a 30-layer model end to end."""
     from dataclasses import replace
 
-    from interp import native
+    from interp.model import native
     from interp.run import hf_hooks
 
     model = interp.load("zoo:lm-llama", dtype="bfloat16")

@@ -1,4 +1,4 @@
-"""Generation on the HF model without the bridge (interp.native, interp.run.natively): the same
+"""Generation on the HF model without the bridge (interp.model.native, interp.run.decoder): the same
 tokens and projections as the bridge's own loop, the same tokens as HF `generate` at strength 0,
 a padded batch the same as one prompt at a time; the bridge runs when the native path cannot."""
 
@@ -12,7 +12,8 @@ from interp import run
 from interp import steering as st
 from interp.errors import InterpError
 from interp.interventions import Patch
-from interp.native import native_site, unwrapped
+from interp.model.native import native_site, unwrapped
+from interp.run.hf_hooks import natively
 from interp.steering import Axis, Steer
 from interp.tasks import english
 
@@ -113,7 +114,7 @@ def test_natively_records_before_and_matches_the_runner(lms):
     patch = [Patch("blocks.1.hook_resid_pre", source)]
     ref_logits, ref_acts = run.cache(model, tokens, ["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"], patch)
     hf = unwrapped(model)
-    with torch.no_grad(), run.natively(model, hf, patch, record=["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]) as seen:
+    with torch.no_grad(), natively(model, hf, patch, record=["blocks.1.hook_resid_pre", "blocks.1.hook_resid_post"]) as seen:
         logits = hf(tokens).logits
     torch.testing.assert_close(logits - logits.mean(-1, keepdim=True), ref_logits - ref_logits.mean(-1, keepdim=True),
                                atol=1e-5, rtol=1e-5)

@@ -1,6 +1,7 @@
-"""resid_pre x position patching resumed per cell and packed per layer (interp.position_resume):
-the same numbers as the per-cell runner path and as TransformerLens, on a zoo model of each family
-it runs natively; a clean fall-back where it cannot apply."""
+"""The runner's native resumed engines, chosen by `run.evaluate` (interp.run.packed: resid_pre x
+position cells resumed per cell and packed per block; interp.run.heads: z over all positions from
+each block's o_proj): the same numbers as the bridge engine and as TransformerLens, on a zoo model of
+each family they run on; the bridge where they cannot apply."""
 
 import dataclasses
 
@@ -9,9 +10,12 @@ import torch
 from transformer_lens import patching as tlp
 
 import interp
-from interp import native, patching, position_resume
+from interp import patching, run
 from interp.hooks import hooks
+from interp.interventions import Patch
 from interp.metrics import for_task
+from interp.model import native
+from interp.run import hf_hooks, packed
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +35,7 @@ def _sweep(model, task, monkeypatch=None, **kw):
 
 def _runner_path(model, task, monkeypatch, **kw):
     with monkeypatch.context() as m:
-        m.setattr(position_resume, "applies", lambda *a: False)
+        m.setattr(run.packed, "cells", lambda *a: None)
         return _sweep(model, task, **kw)
 
 
@@ -50,8 +54,8 @@ def test_equals_the_runner_path_and_transformer_lens(zoo, task, monkeypatch):
 
 
 def test_a_native_run_that_disagrees_with_the_bridge_falls_back(zoo, task, monkeypatch):
-    """The packed path checks its native base run against the bridge's and declines on a mismatch
-    (here planted: the final norm's output shifted on the native copy only)."""
+    """The packed engine is chosen only where its native stages compute the bridge's, checked once per
+    model and dtype (here a mismatch planted: the final norm's output shifted on the native copy only)."""
     name, model = zoo
     if name == "lm-gpt2":
         return  # not run natively at all (test_applies_only_to_what_it_runs)
@@ -70,10 +74,11 @@ def test_a_native_run_that_disagrees_with_the_bridge_falls_back(zoo, task, monke
         return dataclasses.replace(stack, norm=Shifted(stack.norm))
 
     monkeypatch.setattr(native, "stack_of", off)
+    monkeypatch.setitem(hf_hooks._AGREES, model, {})  # checked afresh, and the cached verdicts back after
     assert _sweep(model, task).meta["path"] == "runner"
 
 
-@pytest.mark.parametrize("site,by_pos,switch", [("resid_pre", True, "applies"), ("z", False, "heads_apply")])
+@pytest.mark.parametrize("site,by_pos,switch", [("resid_pre", True, run.packed), ("z", False, run.heads)])
 def test_raw_tokens_full_logits_and_noise_direction(zoo, site, by_pos, switch, monkeypatch):
     """No answer positions: every position's logits are the metric's (base run's before p)."""
     name, model = zoo
@@ -88,7 +93,7 @@ def test_raw_tokens_full_logits_and_noise_direction(zoo, site, by_pos, switch, m
     kw = dict(metric=metric, site=site, by_pos=by_pos, direction="noise", progress=False)
     ours = patching.activation_patch(model, clean, corrupt, **kw)
     with monkeypatch.context() as m:
-        m.setattr(position_resume, switch, lambda *a: False)
+        m.setattr(switch, "cells", lambda *a: None)
         old = patching.activation_patch(model, clean, corrupt, **kw)
     assert torch.isfinite(ours.values).all()
     assert (ours.values - old.values).abs().max() <= 1e-5
@@ -98,15 +103,15 @@ def test_cells_per_forward_cap_and_memory_split_change_nothing(zoo, task, monkey
     name, model = zoo
     whole = _sweep(model, task).values
     assert (_sweep(model, task, variants_per_forward=2).values - whole).abs().max() <= 1e-5
-    monkeypatch.setattr(position_resume, "_FLOATS", 1)  # every cell its own forward
+    monkeypatch.setattr(packed, "_FLOATS", 1)  # every cell its own forward
     assert (_sweep(model, task).values - whole).abs().max() <= 1e-5
 
 
 def test_groups_cover_every_position_once_in_order():
     for floats, cap, n_groups in ((1, None, 12), (2**26, None, 1), (2**26, 3, 4), (50_000, None, None)):
         with pytest.MonkeyPatch.context() as m:
-            m.setattr(position_resume, "_FLOATS", floats)
-            groups = position_resume._groups(12, 4, 2, 100, cap)
+            m.setattr(packed, "_FLOATS", floats)
+            groups = packed.groups(range(12), 12, 4, 2, 100, cap)
         assert [p for g in groups for p in g] == list(range(12))
         assert all(g for g in groups) and (cap is None or max(map(len, groups)) <= cap)
         assert n_groups is None or len(groups) == n_groups
@@ -114,18 +119,28 @@ def test_groups_cover_every_position_once_in_order():
             assert 1 < len(groups) < 12
 
 
-def test_applies_only_to_what_it_runs(zoo):
+def test_the_runner_chooses_only_what_an_engine_runs(zoo, task):
     name, model = zoo
-    assert position_resume.applies(model, "resid_pre", True, "index") == (name != "lm-gpt2")
-    assert not position_resume.applies(model, "resid_pre", True, "named")
-    assert not position_resume.applies(model, "resid_pre", False, "index")
-    assert not position_resume.applies(model, "resid_mid", True, "index")
+    tokens = task.corrupt
+    resid = torch.zeros(*tokens.shape, model.cfg.d_model)
+    z = torch.zeros(*tokens.shape, model.cfg.n_heads, model.cfg.d_head)
+    at = lambda l, **kw: [Patch(f"blocks.{l}.hook_resid_pre", resid, **kw)]  # noqa: E731
+    on = lambda variants: run.engine_of(model, tokens, variants)  # noqa: E731
+    assert on([at(0, pos=1), at(1, pos=0)]) == ("runner" if name == "lm-gpt2" else "native packed")
+    assert on([at(0, pos=1), at(1)]) == "runner"  # one variant patches every position
+    assert on([at(0, pos=1) + at(1, pos=2)]) == "runner"  # two patches in one variant
+    assert on([[Patch("blocks.0.hook_resid_mid", resid, pos=1)]]) == "runner"
+    assert on([[Patch("blocks.1.attn.hook_z", z, head=1)]]) == ("native" if name in ("lm-llama", "lm-qwen2") else "runner")
+    assert on([[Patch("blocks.1.attn.hook_z", z, head=1, pos=2)]]) == "runner"
     with hooks(model, [("blocks.1.hook_resid_pre", lambda act, *, hook: act)]):  # a caller's hook must fire
-        assert not position_resume.applies(model, "resid_pre", True, "index")
+        assert on([at(0, pos=1)]) == "runner"
 
 
 def test_bert_is_not_resumed(tiny_models):
-    assert not position_resume.applies(tiny_models["bert"], "resid_pre", True, "index")
+    bert = tiny_models["bert"]
+    tokens = torch.ones(1, 4, dtype=torch.long)
+    patch = Patch("blocks.0.hook_resid_pre", torch.zeros(1, 4, bert.cfg.d_model), pos=1)
+    assert run.engine_of(bert, tokens, [[patch]]) == "runner"
 
 
 @pytest.mark.parametrize("starts,n_prefix,n_pos,window", [([0], 0, 5, None), ([0, 2, 4], 6, 6, None),
@@ -149,7 +164,7 @@ def test_heads_all_positions_equal_the_runner_path_and_transformer_lens(zoo, tas
     ours = patching.activation_patch(model, task, site="z", progress=False)
     capped = patching.activation_patch(model, task, site="z", variants_per_forward=2, progress=False)
     with monkeypatch.context() as m:
-        m.setattr(position_resume, "heads_apply", lambda *a: False)
+        m.setattr(run.heads, "cells", lambda *a: None)
         old = patching.activation_patch(model, task, site="z", progress=False)
     _, clean_cache = model.run_with_cache(task.clean)
     theirs = tlp.get_act_patch_attn_head_out_all_pos(model, task.corrupt, clean_cache, for_task(task)).detach().cpu()

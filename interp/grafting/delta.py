@@ -247,7 +247,6 @@ def finetune(
     frozen = [base.intervention(model)] if base is not None else []
     trainable = _Trainable(deltas)
     from interp import run
-    from interp.run.hf_hooks import forward  # natively where the HF model computes the bridge's logits
 
     n = tokens.shape[0]
     for epoch in tqdm(range(done, epochs), desc="fine-tune", disable=not progress, initial=done, total=epochs):
@@ -256,7 +255,7 @@ def finetune(
         for i in range(0, n, batch_size):
             rows = order[i : i + batch_size]
             with torch.enable_grad(), run.intervened(model, frozen + [trainable]):
-                loss = _loss(forward(model, tokens[rows].to(device)), targets[rows].to(device))
+                loss = _loss(run.forward(model, tokens[rows].to(device)), targets[rows].to(device))
             # gradients of the deltas only: backward() would also fill .grad of the model's own
             # (frozen but requires_grad) parameters, changing the model handed in
             for p, g in zip(deltas.values(), torch.autograd.grad(loss, list(deltas.values()))):

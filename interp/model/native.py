@@ -10,7 +10,12 @@ of the bridge is changed, and a weight swapped into the bridge after the copy is
 
 `native_site(name)` says where a bridge hook name sits in the HF tree, for the names whose
 activation is exactly a module's input or output there (the residual stream entering and leaving a
-block); `interp.run.natively` registers plain PyTorch hooks at those places.
+block); the runner's native engine registers plain PyTorch hooks at those places.
+
+The model's block internals live here and nowhere else: `Stack` (the parts of a native causal LM),
+`run_blocks` (blocks from one on, on packed segments of positions, ahead of recorded keys and values),
+`unembed`, and `after_attention` (the second half of a block of LLaMA's shape). The runner's engines
+(`interp.run`) call them; no capability does.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["NATIVE_SITES", "Stack", "block_list", "native_site", "packed_mask", "run_blocks", "stack_of", "unembed", "unwrapped"]
+__all__ = ["NATIVE_SITES", "Stack", "after_attention", "block_list", "native_site", "packed_mask", "plain_blocks", "run_blocks",
+           "stack_of", "unembed", "unwrapped"]
 
 # bridge hook name -> (module path under the HF model's block list, "input" or "output")
 NATIVE_SITES = {"hook_resid_pre": "input", "hook_resid_post": "output"}
@@ -197,3 +203,24 @@ def unembed(stack: Stack, hidden: Tensor) -> Tensor:
     if stack.softcap:
         logits = torch.tanh(logits / stack.softcap) * stack.softcap
     return logits
+
+
+# --- the second half of a block of LLaMA's shape ------------------------------------------------------
+#
+# On a block computing x + o_proj(z) after attention, then x + mlp(norm(x)), a head's output enters the
+# model only through o_proj: a forward that changes z of block L may begin at block L's o_proj.
+
+_PLAIN_BLOCKS = ("LlamaDecoderLayer", "Qwen2DecoderLayer", "MistralDecoderLayer")
+
+
+def plain_blocks(stack: Stack) -> bool:
+    """Whether every block of `stack` has LLaMA's shape (Gemma's norms around the attention output
+    do not), so `after_attention` is the whole of a block after its heads."""
+    return all(type(b).__name__ in _PLAIN_BLOCKS for b in stack.blocks)
+
+
+def after_attention(block: torch.nn.Module, resid: Tensor, z: Tensor) -> Tensor:
+    """Block output from its input `resid` [rows, pos, d_model] and head outputs `z` [rows, pos,
+    head, d_head]: resid + o_proj(z), then the MLP half (a block of `plain_blocks`' shape)."""
+    mid = resid + block.self_attn.o_proj(z.flatten(-2))
+    return mid + block.mlp(block.post_attention_layernorm(mid))

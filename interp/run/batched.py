@@ -1,5 +1,6 @@
 """`evaluate`: the metric of one input under many variants, side by side in batched forwards that
-begin where the variants first differ from the base run (see `interp.run`'s docstring).
+begin where the variants first differ from the base run (see `interp.run`'s docstring), on the engine
+the variants and the model qualify for (`engine_of`).
 """
 
 from __future__ import annotations
@@ -16,33 +17,29 @@ from interp.hooks import hooks
 from interp.interventions import Intervention
 from interp.metrics import Metric
 from interp.model.resuming import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
+from interp.run import heads, packed
 from interp.run.hf_hooks import forward
 from interp.run.planner import forward_cost, plan_forwards, start_of, variants_that_fit
-from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, input_device, split_items, spread
+from interp.run.runner import Variant, checked_answer_pos, edited, gather_hook, input_device, measure, split_items, spread
 from interp.sites import check_tokens
 
-__all__ = ["evaluate", "scalar"]
+__all__ = ["ENGINES", "engine_of", "evaluate"]
+
+# the engines `evaluate` chooses among, by the name `engine_of` gives; the first that takes every
+# variant runs them (each is checked to compute the bridge's function once per model and dtype)
+_FAST = {"native packed": packed, "native": heads}
+ENGINES: tuple[str, ...] = (*_FAST, "runner")
 
 
-def scalar(metric: Metric, logits: Tensor, what: str) -> float:
-    """`metric(logits)` as a float; InterpError if it is not a scalar or is NaN."""
-    value = metric(logits)
-    if not isinstance(value, Tensor) or value.numel() != 1:
-        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-        raise InterpError(f"the metric must return a scalar tensor, got {shape} on the {what} run; reduce with .mean()")
-    value = float(value)
-    if value != value:
-        raise InterpError(f"the metric returned NaN on the {what} run (with `answer_pos`, logits exist only "
-                          "at those positions: does the metric read another one?)")
-    return value
-
-
-def _measure(metric: Callable, logits: Tensor, what: str) -> Tensor:
-    """`metric(logits)` as a 0-d tensor, or a [m] tensor when it returns m named scalars (a dict)."""
-    value = metric(logits)
-    if isinstance(value, dict):
-        return torch.tensor([scalar(lambda _: v, logits, f"{what} ({name})") for name, v in value.items()])  # cpu: host floats
-    return torch.tensor(scalar(lambda _: value, logits, what))  # cpu: a host float
+def engine_of(model, tokens: Tensor, variants: Sequence[Variant]) -> str:
+    """Which engine `evaluate` runs `variants` on `tokens` [batch, pos] with, one of `ENGINES`:
+    "native packed" (each variant patches the residual entering one block at one position:
+    `interp.run.packed`), "native" (each patches one head's output at every position:
+    `interp.run.heads`), else "runner" (batched forwards on the bridge, resumed where they can be)."""
+    for name, engine in _FAST.items():
+        if engine.cells(model, tokens, variants) is not None:
+            return name
+    return "runner"
 
 
 @dataclass(frozen=True)
@@ -158,6 +155,28 @@ def evaluate(
     batch, n_pos = tokens.shape
     answer_pos = checked_answer_pos(tokens, answer_pos)
     split = [split_items(v) for v in variants]
+    if variants_per_forward is not None:
+        variants_that_fit(model, batch, n_pos, variants_per_forward)  # a bad value fails on every engine
+    for engine in _FAST.values():
+        todo = engine.cells(model, tokens, variants)
+        if todo is not None:
+            values = engine.evaluate(model, tokens, todo, metric, answer_pos, cap=variants_per_forward,
+                                     progress=progress, desc=desc)
+            return _stacked(values)
+    return _stacked(_on_the_runner(model, tokens, split, metric, answer_pos, variants_per_forward, progress, desc))
+
+
+def _stacked(values: list[Tensor]) -> Tensor:
+    shapes = {tuple(v.shape) for v in values}
+    if len(shapes) > 1:
+        raise InterpError(f"the metric returned values of different shapes {sorted(shapes)} for different variants")
+    return torch.stack(values) if values else torch.empty(0)  # cpu: an empty result
+
+
+def _on_the_runner(model, tokens: Tensor, split: list, metric: Metric, answer_pos: Tensor | None,
+                   variants_per_forward: int | None, progress: bool, desc: str) -> list[Tensor]:
+    """The metric under each variant ((interventions, weight edits) pairs) on the bridge."""
+    batch, n_pos = tokens.shape
     found: dict[int, Tensor] = {}
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, (_, edits) in enumerate(split):
@@ -174,13 +193,13 @@ def evaluate(
             if all(s[0] >= model.cfg.n_layers for s in starts):  # weight edits only: one forward, nothing to resume
                 logits = _plain_logits(model, tokens, answer_pos)
                 for i in indices:
-                    found[i] = _measure(metric, logits, "base")
+                    found[i] = measure(metric, logits, "base")
                 continue
             base = _base_run(model, tokens) if resumable else None
             base_logits = base.logits if base is not None else model(tokens)
             plain = [k for k, s in enumerate(starts) if s[0] >= model.cfg.n_layers]
             for k in plain:
-                found[indices[k]] = _measure(metric, base_logits, "base")
+                found[indices[k]] = measure(metric, base_logits, "base")
             rest = [k for k in range(len(acts)) if k not in set(plain)]
             plans = plan_forwards([starts[k] for k in rest], batch, n_pos, model.cfg.n_layers, size, resumable,
                                   forward_cost(model))
@@ -191,8 +210,5 @@ def evaluate(
                     rows = result[j * batch : (j + 1) * batch]
                     if answer_pos is not None:
                         rows = spread(rows[:, 0], answer_pos, n_pos, start, base_logits)
-                    found[indices[k]] = _measure(metric, rows, "intervened")
-    shapes = {tuple(v.shape) for v in found.values()}
-    if len(shapes) > 1:
-        raise InterpError(f"the metric returned values of different shapes {sorted(shapes)} for different variants")
-    return torch.stack([found[i] for i in range(len(variants))]) if variants else torch.empty(0)  # cpu: an empty result
+                    found[indices[k]] = measure(metric, rows, "intervened")
+    return [found[i] for i in range(len(split))]

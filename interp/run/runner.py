@@ -8,6 +8,7 @@ side-by-side run of `interp.run.evaluate` applies.
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence, Union
 
@@ -16,11 +17,12 @@ from torch import Tensor
 
 from interp.errors import InterpError
 from interp.hooks import hooks
-from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
+from interp.interventions import ABLATIONS, Intervention, Patch, Reference, WeightEdit
+from interp.metrics import Metric
 from interp.sites import check_tokens, position_axis
 
-__all__ = ["Item", "Variant", "cache", "checked_answer_pos", "edited", "gather_hook", "intervened", "logits", "observe", "reference",
-           "split_items", "spread", "with_grad"]
+__all__ = ["Item", "Variant", "cache", "checked_answer_pos", "edited", "gather_hook", "intervened", "logits", "lone_patches", "measure", "observe",
+           "reference", "scalar", "split_items", "spread", "with_grad"]
 
 Item = Union[Intervention, WeightEdit]
 Variant = Sequence[Item]  # what one side-by-side run applies
@@ -37,6 +39,20 @@ def split_items(items: Sequence[Item]) -> tuple[list[Intervention], list[WeightE
             raise InterpError(f"{type(item).__name__} is not an intervention: it needs sites, first_pos and "
                               "__call__(act, *, site, start), or params and weight(name, value)")
     return acts, edits
+
+
+def lone_patches(variants: Sequence[Variant], site: re.Pattern, shape: tuple[int, ...]) -> list[tuple[int, Patch]] | None:
+    """(block, patch) of each variant when every one is exactly one `Patch` (a subclass may act
+    otherwise) at a site that `site` matches (its group 1: the block) with a source whose shape
+    begins with `shape`; None when any is not, or there are none."""
+    out = []
+    for variant in variants:
+        iv = variant[0] if len(variant) == 1 else None
+        found = site.match(iv.site) if type(iv) is Patch else None
+        if found is None or not isinstance(iv.source, Tensor) or tuple(iv.source.shape[: len(shape)]) != shape:
+            return None
+        out.append((int(found.group(1)), iv))
+    return out or None
 
 
 def _hook_list(interventions: Sequence[Intervention], start: int) -> list[tuple[str, Callable]]:
@@ -317,3 +333,24 @@ def spread(at: Tensor, answer_pos: Tensor, n_pos: int, start: int = 0, base_logi
         at = torch.where(early[:, None], base_logits[rows, answer_pos].to(at.dtype), at)
     out[rows, answer_pos] = at
     return out
+
+
+def scalar(metric: Metric, logits: Tensor, what: str) -> float:
+    """`metric(logits)` as a float; InterpError if it is not a scalar or is NaN."""
+    value = metric(logits)
+    if not isinstance(value, Tensor) or value.numel() != 1:
+        shape = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+        raise InterpError(f"the metric must return a scalar tensor, got {shape} on the {what} run; reduce with .mean()")
+    value = float(value)
+    if value != value:
+        raise InterpError(f"the metric returned NaN on the {what} run (with `answer_pos`, logits exist only "
+                          "at those positions: does the metric read another one?)")
+    return value
+
+
+def measure(metric: Callable, logits: Tensor, what: str) -> Tensor:
+    """`metric(logits)` as a 0-d tensor, or a [m] tensor when it returns m named scalars (a dict)."""
+    value = metric(logits)
+    if isinstance(value, dict):
+        return torch.tensor([scalar(lambda _: v, logits, f"{what} ({name})") for name, v in value.items()])  # cpu: host floats
+    return torch.tensor(scalar(lambda _: value, logits, what))  # cpu: a host float

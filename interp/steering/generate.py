@@ -8,10 +8,9 @@ passed under two names.
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from jaxtyping import Float, Int
@@ -21,8 +20,7 @@ from interp import run
 from interp.errors import InterpError
 from interp.metrics import logit_diff
 from interp.model import name_of
-from interp.model.resuming import kv_cache_kwargs, new_kv_cache
-from interp.native import unwrapped
+from interp.model.resuming import new_kv_cache
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name, kind_of
 from interp.steering.axes import Axis, Generation, Steer, projection
@@ -137,7 +135,7 @@ def generate(
     reference the cached path must match token for token). `record` captures the activation at
     each steer's site, at the position that predicts each step, and stores its projections.
 
-    `native`: run the HF model under the bridge without the bridge's wrappers (`interp.run.natively`:
+    `native`: run the HF model under the bridge without the bridge's wrappers (`interp.run.decoder`:
     plain PyTorch hooks at the steers' sites only, HF's KV cache and SDPA attention), which costs
     what HF `generate` costs. None (default) does so whenever it can: cached, every site the
     residual stream entering or leaving a block, and no hook of the caller's on the bridge; else
@@ -145,7 +143,7 @@ def generate(
     """
     prompts, steers = _checked(model, prompts, interventions, max_new_tokens, positions, do_sample, temperature, top_p)
     sites = sorted({iv.axis.site for iv in steers})
-    hf = _native_model(model, sites, use_cache, native)
+    step_forward = run.decoder(model, sites, cached=use_cache, native=native)
 
     dev = _device(model)
     tokens, mask, _ = encode(model, prompts)
@@ -158,7 +156,7 @@ def generate(
     # per step: which rows were still generating, one [batch] projection per steer, the new tokens
     alive, recorded, new = [], [], []
     kv = new_kv_cache(model) if use_cache else None
-    cache_kw = _cache_kwargs(model, kv, hf)
+    cache_kw = step_forward.cache_kwargs(kv)
 
     for step in range(max_new_tokens):
         full_mask = torch.cat([mask, torch.ones(batch, step, dtype=mask.dtype, device=dev)], 1)
@@ -169,8 +167,8 @@ def generate(
             ids, start = (full_mask.cumsum(-1) - 1).clamp(min=0), 0
         else:  # one new token per row, attending to the cache
             seq, ids, start = new[-1][:, None], (prompt_len + step - 1)[:, None], width + step - 1
-        logits, seen = _forward(model, hf, step_steers, start, sites if record else (), seq,
-                                attention_mask=full_mask, position_ids=ids, **cache_kw)
+        logits, seen = step_forward(step_steers, seq, start=start, record=sites if record else (),
+                                    attention_mask=full_mask, position_ids=ids, **cache_kw)
         found = {site: act[:, -1:] for site, act in seen.items()}  # the position that predicts this step
         if kv is not None and step == 0:
             _check_filled(kv, width)
@@ -189,7 +187,7 @@ def generate(
     out = torch.cat([tokens, torch.stack(new, 1)], 1)
     completions = _decoded(model, out, width, n_generated)
     meta = {"interventions": [str(iv) for iv in steers], "positions": positions, "do_sample": do_sample,
-            "seed": seed, "use_cache": use_cache, "native": hf is not None, "model": name_of(model)}
+            "seed": seed, "use_cache": use_cache, "native": step_forward.native, "model": name_of(model)}
     projections = _projections(alive, recorded) if record else None
     return Generation(tuple(prompts), completions, out.cpu(), prompt_len.cpu(), n_generated.cpu(), projections, meta)
 
@@ -207,26 +205,6 @@ def _decoded(model, out: Tensor, width: int, n_generated: Tensor) -> tuple[str, 
                  for i in range(out.shape[0]))
 
 
-def _native_model(model, sites: list[str], use_cache: bool, native: bool | None):
-    """The HF model to run natively (`interp.run.natively`), or None for the bridge."""
-    possible = use_cache and run.natively_possible(model, sites)
-    if native and not possible:
-        raise InterpError(f"native=True cannot run here: it needs use_cache=True, sites blocks.L.hook_resid_pre/post "
-                          f"(got {sites}), no hooks on the bridge, and HF modules that compute the bridge's logits "
-                          f"(TL's GPT-2 does not); pass native=None")
-    return unwrapped(model) if possible and native is not False else None
-
-
-def _cache_kwargs(model, kv, hf) -> dict[str, Any]:
-    """Forward kwargs that hand the KV cache `kv` (None: no cache) to the bridge, or to `hf`."""
-    cache_kw = kv_cache_kwargs(model, kv) if kv is not None else {}
-    if hf is not None:  # HF's own names only: its layers take **kwargs and would carry `layer_past` along
-        cache_kw = {k: v for k, v in cache_kw.items() if k != "layer_past"}
-        if "logits_to_keep" in inspect.signature(hf.forward).parameters:
-            cache_kw["logits_to_keep"] = 1  # as HF generate: the unembedding at the last position only
-    return cache_kw
-
-
 def _check_filled(kv, width: int) -> None:
     if kv.get_seq_length() != width:
         raise InterpError(f"the KV cache holds {kv.get_seq_length()} positions after a {width}-token prompt: "
@@ -239,15 +217,6 @@ def _steered(real: Tensor, width: int, positions: str) -> Tensor:
         return real
     is_gen = torch.arange(real.shape[1], device=real.device)[None].expand(real.shape[0], -1) >= width
     return real & (is_gen if positions == "generated" else ~is_gen)
-
-
-def _forward(model, hf, steers, start: int, record, seq: Tensor, **kw) -> tuple[Tensor, dict[str, Tensor]]:
-    """(logits, recorded activations) of one step's forward, natively on `hf` or on the bridge."""
-    if hf is not None:
-        with torch.no_grad(), run.natively(model, hf, steers, start=start, record=record) as seen:
-            return hf(input_ids=seq, **kw).logits, seen
-    with torch.no_grad(), run.intervened(model, steers, start=start, record=record) as seen:
-        return model(seq, **kw), seen
 
 
 def _checked(model, prompts, interventions, max_new_tokens, positions, do_sample, temperature, top_p):
