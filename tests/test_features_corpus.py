@@ -101,6 +101,30 @@ def test_suite_keeps_stretches_of_a_layer_subset_and_scores_their_curve(tmp_path
     assert tokens == sorted(tokens) and len(tokens) == 8 and tokens[0] >= 600  # 3 stretches + the latest, 2 layers
     assert all(set(r) >= {"fve", "fve_random", "fve_control", "l0", "dead"} for r in data["curve"])
     assert all({"ce_spliced", "ce_random", "ce_recovered", "ce_recovered_random"} <= set(r) for r in data["final"])
+    beyond = data["beyond_random"]
+    assert [b["layer"] for b in beyond] == [0, 2] and all(b["ci95"][0] <= b["fve_minus_random"] <= b["ci95"][1] for b in beyond)
+    final = {r["layer"]: r for r in data["final"]}
+    assert all(abs(b["fve_minus_random"] - (final[b["layer"]]["fve"] - final[b["layer"]]["fve_random"])) < 1e-3 for b in beyond)
     assert data["history"]["0"] and data["history"]["0"][-1]["tokens"] == data["trained"]["tokens"]
+    assert data["gap"] == {"layers": 2, "met": sum(r["fve"] >= 0.8 and r["dead"] <= 0.1 for r in data["final"])}
+    _renders_bound(data)
     suites.train_suite("zoo", "quick", layers=(0, 2), tokens=1800, every=600, progress=False)  # goes on, keeps the old
     assert sorted(p.name for p in out.glob("tokens-*"))[-1] == "tokens-600" and (out / "tokens-1800").exists()
+
+
+def _renders_bound(data):
+    """docs/features_budget.md's regions render from a curve JSON, every number bound to its key."""
+    from interp.studies import docs as bound
+    from interp.studies.features_budget_doc import bodies
+
+    data["throughput"] = {"matmul_gflops": 60.0, "forward_tokens_per_s": 300.0, "dictionary_tokens_per_s": 80.0,
+                          "n_features": 16384, "flops_per_token": {"forward": 212406912, "dictionary": 113246208},
+                          "achieved_gflops": {"forward": 63.7, "dictionary": 9.1},
+                          "layers": [{"layers": 1, "tokens_per_s": 63.2, "limit_tokens_per_s": 180.1}],
+                          "full_budget": {"tokens": 100000000, "layers": 30, "cpu_days_at_measured_rate": 440.2,
+                                          "gpu_tflops_assumed": 50.0, "gpu_hours_flop_bound": 1.9}}
+    regions = bodies(data)
+    doc = "".join(f"<!-- gen:{k} -->\n{v}\n<!-- /gen:{k} -->\n" for k, v in regions.items())
+    assert bound.check(doc, data) == [] and "| `dict-gcide=0.48.5+nmu2` | `GPL-2+` |" not in doc  # zoo text: no packages
+    bound.set_at(data, "/final/0/fve", data["final"][0]["fve"] * 1.01 + 0.01)
+    assert bound.check(doc, data)  # a changed number no longer checks

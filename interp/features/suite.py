@@ -28,11 +28,13 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
 from interp.errors import InterpError
 from interp.features.corpus import describe, token_rows
 from interp.features.dictionary import Dictionary
 from interp.features.train import Recipe, from_checkpoint, mlp_sites, train_dictionaries
+from interp.sites import layer_of
 from interp.storage import cache_dir, write_text_atomic
 
 __all__ = ["SUITES", "Suite", "commit", "folder", "load_dictionaries", "score", "train_suite"]
@@ -80,6 +82,10 @@ SUITES = {
                        checkpoint_every=100),
     }, eval_rows=64),
 }
+
+
+# what a real-budget dictionary should reach at every layer: held-out FVE, and dead fraction at most
+TARGETS = {"fve": 0.8, "dead": 0.1}
 
 
 def _suite(name: str, budget: str) -> tuple[Suite, Recipe]:
@@ -161,7 +167,6 @@ def score(name: str, budget: str = "cpu", *, progress: bool = True) -> tuple[dic
     (`interp.features.quality`), with how it was trained."""
     import interp
     from interp.features.quality import scores
-    from interp.sites import layer_of
 
     suite, recipe = _suite(name, budget)
     model = interp.load(suite.model)
@@ -193,6 +198,45 @@ def score(name: str, budget: str = "cpu", *, progress: bool = True) -> tuple[dic
     return block, result
 
 
+def _beyond_random(model, dicts: list[Dictionary], held, held_valid, fit, fit_valid, *, draws: int = 1000) -> list[dict]:
+    """Per dictionary: its held-out FVE minus the same-L0 random control's (the control `scores`
+    fits: same seed, same L0), with a 95 % bootstrap interval over the held-out rows."""
+    from interp.features.quality import random_control
+    from interp.run import cache
+
+    names = list(dict.fromkeys(n for d in dicts for n in (d.site_in, d.site_out)))
+
+    def acts(rows, valid) -> tuple[dict[str, Tensor], Tensor]:  # name -> [tokens, d], and each token's row
+        out, which = {n: [] for n in names}, []
+        for i in range(0, len(rows), 16):
+            _, a = cache(model, rows[i : i + 16].to(model.cfg.device), names)
+            v = valid[i : i + 16]
+            for n in names:
+                out[n].append(a[n].float().cpu()[v])
+            which.append(torch.arange(i, i + len(v))[:, None].expand(v.shape)[v])
+        return {n: torch.cat(t) for n, t in out.items()}, torch.cat(which)
+
+    with torch.no_grad():
+        h, row_of = acts(held, held_valid)
+        f, _ = acts(fit, fit_valid)
+        gen = torch.Generator().manual_seed(0)
+        picks = torch.randint(len(held), (draws, len(held)), generator=gen)  # [draws, rows] resampled rows
+        out = []
+        for d in dicts:
+            x, y, x_fit = h[d.site_in], h[d.site_out], f[d.site_in]
+            l0 = float((d.encode(x_fit) > 0).sum(-1).float().mean())
+            control = random_control(d.n_features, max(1, round(l0)), x_fit, f[d.site_out])
+            per_row = lambda e: torch.zeros(len(held), dtype=e.dtype).index_add_(0, row_of, e)
+            err = per_row(torch.cat([(y[i : i + 2048] - d(x[i : i + 2048])).pow(2).sum(-1) for i in range(0, len(x), 2048)]))
+            err_c = per_row((y - control(x)).pow(2).sum(-1))
+            total = per_row((y - y.mean(0)).pow(2).sum(-1))
+            diff = lambda idx: (err_c[idx].sum(-1) - err[idx].sum(-1)) / total[idx].sum(-1)  # fve - fve_random
+            boot = diff(picks)
+            out.append({"layer": layer_of(d.site_out), "fve_minus_random": round(float(diff(torch.arange(len(held)))), 4),
+                        "ci95": [round(float(boot.quantile(0.025)), 4), round(float(boot.quantile(0.975)), 4)]})
+    return out
+
+
 def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, progress: bool = True) -> dict:
     """Suite `name`'s dictionaries at each kept stretch (<folder>/tokens-<n>/, `train_suite(every=...)`)
     and the latest checkpoint's, scored on held-out text: FVE beside the dense and the same-L0 random
@@ -200,7 +244,6 @@ def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, prog
     each dictionary's training history. What docs/features_budget.json holds."""
     import interp
     from interp.features.quality import scores
-    from interp.sites import layer_of
 
     suite, recipe = _suite(name, budget)
     out, n = folder(name, budget, layers), len(suite.pairs(layers))
@@ -215,18 +258,21 @@ def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, prog
     t0 = time.perf_counter()
     early = scores(model, stretches, held, held_valid, ce=False, **common) if stretches else []
     final = scores(model, latest, held, held_valid, **common)
+    beyond = _beyond_random(model, latest, held, held_valid, train_rows[: suite.fit_rows], train_valid[: suite.fit_rows])
     row = lambda d, r: {"layer": layer_of(d.site_out), "tokens": d.meta["tokens"],
                         **{k: round(v, 4) for k, v in r.items() if k != "tokens"}}
     meta = latest[0].meta
     return {
         "budget": {**asdict(recipe), "budget": budget, "model": suite.model, "layers": [layer_of(d.site_out) for d in latest],
                    "n_layers": suite.n_layers, "n_ctx": suite.n_ctx, "eval_rows": suite.eval_rows, "fit_rows": suite.fit_rows,
-                   "source": describe(suite.source), "trainer_code": meta["code"]},
+                   "source": describe(suite.source), "trainer_code": meta["code"], "targets": TARGETS},
+        "gap": {"layers": len(latest), "met": sum(r["fve"] >= TARGETS["fve"] and r["dead"] <= TARGETS["dead"] for r in final)},
         "trained": {k: meta[k] for k in ("tokens", "steps", "seconds", "forward_seconds")},
         "held_out_tokens": final[0]["tokens"],
         "curve": [row(d, r) for d, r in zip(stretches, early)] + [row(d, {k: v for k, v in r.items() if not k.startswith("ce")})
                                                                   for d, r in zip(latest, final)],
         "final": [row(d, r) for d, r in zip(latest, final)],
+        "beyond_random": beyond,
         "history": {str(layer_of(d.site_out)): d.meta["history"] for d in latest},
         "score_seconds": round(time.perf_counter() - t0, 1),
     }
