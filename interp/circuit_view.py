@@ -43,6 +43,7 @@ import torch
 
 from interp import bundle as bundle_js  # the name `bundle` is html()'s flag
 from interp.circuits.graph import Graph, node
+from interp import registry
 from interp.errors import InterpError
 
 __all__ = ["CircuitView", "circuit_html", "view"]
@@ -427,6 +428,7 @@ class CircuitView:
         return f"CircuitView({self.graph!r})"
 
 
+@registry.view("Graph")
 def view(graph: Graph, *, title: str | None = None, max_edges: int = 1000, shown: int | None = None) -> CircuitView:
     """The interactive view of `graph`: its top `max_edges` edges by |score|, `shown` of them at first."""
     return CircuitView(graph, title, max_edges, shown)

@@ -22,7 +22,6 @@ views reuse the `CircuitsVis` global that it defines in the page.
 from __future__ import annotations
 
 import html
-import importlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import torch
 
 from interp.errors import InterpError
 from interp import bundle as bundle_js  # `bundle` is Widget.html's flag
+from interp.registry import VIEWS, view_for
 from interp.results import CHARTS, Grid, atomic_path, tag_of
 from interp.tensors import AXES
 
@@ -88,24 +88,14 @@ def render(result: Any):
     raise TypeError(f"no renderer for {type(result).__name__}; expected an interp result (a Grid or one with to_grid())")
 
 
-# Result types drawn as an HTML view instead of a plotly figure: result tag -> "module:function".
-# plot imports a view's module only when it meets that type, and views do not import plot (the
-# circuitsvis bundle they share is interp.bundle), so plot and its views form no import cycle.
-VIEWS: dict[str, str] = {"Graph": "interp.circuit_view:view", "AttributionGraph": "interp.features.graph_view:view",
-                         "TopExamples": "interp.features.dashboard:view"}
-
-
 def view_of(obj: Any):
     """The HTML view of `obj`: a view (anything with `html(bundle=...)` and `needs_circuitsvis`, such
-    as `interp.circuit_view.CircuitView`) as it is, the registered view of a result type in
-    `VIEWS` (a circuits `Graph`), None for anything else."""
+    as `interp.circuit_view.CircuitView`) as it is, the view registered for its result type
+    (`interp.registry.view`, where the view is defined: a circuits `Graph`), None for anything else."""
     if callable(getattr(obj, "html", None)) and hasattr(obj, "needs_circuitsvis"):
         return obj
-    target = VIEWS.get(tag_of(obj))
-    if target is None:
-        return None
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)(obj)
+    draw = view_for(tag_of(obj))
+    return None if draw is None else draw(obj)
 
 
 def _table(frame) -> Any:

@@ -1,7 +1,7 @@
 """A small browser dashboard of a dictionary's features: for each feature its top-activating
 contexts, each token shaded by that feature's activation there (hover shows the number), the
 activating token boxed. Every token and label is HTML-escaped; the page needs no script and no
-network. `interp.plot` draws a `TopExamples` through this view (plot.VIEWS), `interp.report`
+network. `interp.plot` draws a `TopExamples` through this view (registered with `interp.registry.view`), `interp.report`
 embeds it, Jupyter displays it.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
+from interp import registry
 from interp.errors import InterpError
 from interp.features.sites import TopExamples
 
@@ -75,6 +76,7 @@ class FeatureDashboard:
         return self.html()
 
 
+@registry.view("TopExamples")
 def view(top: TopExamples) -> FeatureDashboard:
     return FeatureDashboard(top)
 

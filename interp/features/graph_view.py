@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from interp import registry
 from interp.errors import InterpError
 from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
 
@@ -274,6 +275,7 @@ def examples_of(tops: Mapping[int, Any]) -> dict[tuple[int, int], list[str]]:
     return out
 
 
+@registry.view("AttributionGraph")
 def view(graph: AttributionGraph, *, title: str | None = None, max_edges: int = 500, shown: int | None = None,
          examples: Mapping[tuple[int, int], Sequence[str]] | None = None) -> GraphView:
     """The interactive view of `graph`: its top `max_edges` edges by |weight|, `shown` at first;
