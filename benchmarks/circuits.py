@@ -29,7 +29,7 @@ import interp
 from interp import metrics, run, tasks
 from interp.circuits import eap, eap_ig, exact
 from interp.circuits.pipeline import task_for
-from interp.storage import write_text_atomic
+from interp.files.storage import write_text_atomic
 from interp.tasks.base import Task
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -140,7 +140,7 @@ def finish(res: dict, out: str) -> None:
     res["load_average_end"] = os.getloadavg()
     print(json.dumps(res, indent=1))
     if out:
-        from interp.storage import write_text_atomic
+        from interp.files.storage import write_text_atomic
 
         write_text_atomic(out, json.dumps(res, indent=1))
 

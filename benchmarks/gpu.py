@@ -64,7 +64,7 @@ class Recorder:
         return row
 
     def _write(self) -> None:
-        from interp.storage import write_text_atomic
+        from interp.files.storage import write_text_atomic
 
         self.result["updated"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         write_text_atomic(self.out, json.dumps(self.result, indent=1, default=str))

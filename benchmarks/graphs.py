@@ -39,7 +39,7 @@ from interp.features.graph_view import graph_html
 from interp.features.suite import SUITES, load_dictionaries
 from interp.interventions import Patch
 from interp.sites import layer_of
-from interp.storage import write_text_atomic
+from interp.files.storage import write_text_atomic
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "attribution_graphs.md"
 JSON = DOC.with_suffix(".json")

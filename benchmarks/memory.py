@@ -90,7 +90,7 @@ def act_bytes_per_token(shape: str, dtype: str) -> int:
 
 
 def model_dir(shape: str, dtype: str) -> Path:
-    from interp.storage import cache_dir
+    from interp.files.storage import cache_dir
 
     return cache_dir() / "memory-bench" / f"{shape}-{dtype}"
 
@@ -367,7 +367,7 @@ def run_case(case: dict, budget: int) -> dict:
 
 
 def _write(data: dict, path: Path) -> None:
-    from interp.storage import write_text_atomic
+    from interp.files.storage import write_text_atomic
 
     write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
@@ -624,7 +624,7 @@ def notes(data: dict) -> list[str]:
 
 def render(data: dict, path: Path = OUT) -> None:
     """Fit, store the fit in the JSON, and write the table into RESULTS.md between its markers."""
-    from interp.storage import write_text_atomic
+    from interp.files.storage import write_text_atomic
 
     data["fit"] = fit(data)
     data["notes"] = notes(data)

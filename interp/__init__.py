@@ -44,6 +44,7 @@ _MOVED = {
     "interp.sweep_jobs": "interp.sweep.jobs", "interp.sweep_store": "interp.sweep.store",
     "interp.sweep_ray": "interp.sweep.ray_executor", "interp.train": "interp.zoo.train",
     "interp.gguf": "interp.model.gguf", "interp.load_cache": "interp.model.load_cache",
+    "interp.storage": "interp.files.storage", "interp.validate": "interp.files.validate",
 }
 _QUIET = {"interp.plot", "interp.report"}
 
@@ -104,7 +105,7 @@ from interp.tasks.base import Task
 
 _LAZY = (
     "patching", "lens", "circuits", "masking", "simplify", "cores", "steering", "probing", "grafting", "studies", "sweep",
-    "zoo", "plot", "report", "circuit_view", "features",
+    "zoo", "plot", "report", "circuit_view", "files", "features",
 )
 
 

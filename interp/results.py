@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from interp.errors import InterpError
-from interp.storage import atomic_dir, atomic_path, load, result, save, tag_of, write_tensors_atomic, write_text_atomic
+from interp.files.storage import atomic_dir, atomic_path, load, result, save, tag_of, write_tensors_atomic, write_text_atomic
 from interp.tensors import AXES
 
 __all__ = [

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
-from interp import storage
+from interp.files import storage
 from interp.model import load_cache
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
@@ -28,7 +28,7 @@ from interp.features.neuronpedia import from_neuronpedia, to_neuronpedia
 from interp.features.saelens import load_saelens, save_saelens
 from interp.results import Grid
 from interp.studies.units import Units
-from interp.validate import read_object
+from interp.files.validate import read_object
 
 FUZZ = settings(derandomize=True, deadline=5000, max_examples=30, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -296,7 +296,7 @@ def test_configs_and_cards_are_json_objects_or_refused(base, text):
 @given(hurt=damage)
 def test_probe_checkpoints_damaged_are_refused_or_replayed_whole(base, hurt):
     from interp.probing.probe import _read_checkpoint
-    from interp.storage import save_state
+    from interp.files.storage import save_state
 
     ident = {"model": "m", "tolerance": 0.1}
     path = Path(tempfile.mkdtemp(dir=base)) / "probe.safetensors"

@@ -16,7 +16,7 @@ from interp.errors import InterpError
 from interp.interventions import WeightMask
 from interp.probing.probe import levels
 from interp.probing.overlap import top_fraction
-from interp.storage import load_state
+from interp.files.storage import load_state
 from interp.tasks import domains, multidomain
 
 

@@ -190,7 +190,7 @@ def _graph(t, change):
 
 
 def _state(t):
-    from interp.storage import load_state, save_state
+    from interp.files.storage import load_state, save_state
 
     path = save_state({"w": torch.arange(64.0)}, t / "s.safetensors")
     data = bytearray(path.read_bytes())
@@ -214,7 +214,7 @@ def _sweep_results(t):
 
 
 def _out_under_a_file(t):
-    from interp.storage import check_writable
+    from interp.files.storage import check_writable
 
     (t / "f").write_text("x")
     return check_writable(t / "f" / "out.json")

@@ -249,7 +249,7 @@ def test_render_draws_a_reduced_grid():
 
 def test_fill_between_replaces_only_the_marked_block(tmp_path):
     from interp.errors import InterpError
-    from interp.storage import fill_between
+    from interp.files.storage import fill_between
 
     doc = tmp_path / "d.md"
     doc.write_text("intro\n<!-- a -->\nold table\n<!-- b -->\nafter\n")

@@ -48,7 +48,7 @@ def _registered_in_source() -> dict[str, str]:
 
 
 def test_every_result_tag_has_its_home():
-    from interp.storage import HOMES
+    from interp.files.storage import HOMES
 
     assert _registered_in_source() == HOMES
 
@@ -58,7 +58,7 @@ def test_new_files_carry_the_short_tag_and_a_moved_class_still_loads(tmp_path):
 
     from safetensors import safe_open
 
-    from interp import storage
+    from interp.files import storage
     from interp.errors import InterpError
 
     path = storage.save(Heading("x"), tmp_path / "h.safetensors")
@@ -95,7 +95,7 @@ def test_new_files_carry_the_short_tag_and_a_moved_class_still_loads(tmp_path):
 def test_an_unknown_type_is_refused_in_a_short_sentence(tmp_path):
     from dataclasses import dataclass
 
-    from interp import storage
+    from interp.files import storage
     from interp.errors import InterpError
 
     @storage.result(tag="PlantedGone")

@@ -1,4 +1,4 @@
-"""interp.storage's training-state files (checkpoints that resume without unpickling)."""
+"""interp.files.storage's training-state files (checkpoints that resume without unpickling)."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ from interp.errors import InterpError
 
 
 def test_a_training_state_round_trips_without_pickle(tmp_path):
-    from interp.storage import load_state, save_state
+    from interp.files.storage import load_state, save_state
 
     p = torch.nn.Parameter(torch.randn(3))
     opt = torch.optim.AdamW([p], lr=0.1)

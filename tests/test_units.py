@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from interp.errors import InterpError
-from interp.storage import load_state, save_state
+from interp.files.storage import load_state, save_state
 from interp.studies import illusions
 from interp.studies.units import Units, budget, comparable, provenance
 from interp.sweep import Store

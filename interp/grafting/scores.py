@@ -40,7 +40,7 @@ from interp.grafting.delta import Delta, layer_of
 from interp.grafting.facts import Batch, Facts, encode
 from interp.interventions import Patch
 from interp.results import Grid, stack
-from interp.storage import result
+from interp.files.storage import result
 from interp.memory import records_peak
 
 __all__ = ["ExtractiveScores", "extractive_scores", "informative_by_component", "per_component_backward"]

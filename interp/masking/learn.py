@@ -18,8 +18,8 @@ from interp import run
 from interp.errors import InterpError
 from interp.sites import check_head, check_layer
 from interp.interventions import Ablation
-from interp.storage import load_state, save_state
-from interp.validate import note
+from interp.files.storage import load_state, save_state
+from interp.files.validate import note
 from interp.masking.mask import HeadMask, MeanOver, check_task, default_reference, interventions, references, sites
 from interp.tasks.base import Task
 from interp.memory import records_peak

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from interp.errors import InterpError
-from interp.storage import atomic_dir
+from interp.files.storage import atomic_dir
 from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
 
 __all__ = ["DECODER_FAMILIES", "DEFAULT_WORDS", "FAMILIES", "build_tiny", "family_of", "hf_config", "hf_model_class",

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interp.errors import InterpError
-from interp.storage import atomic_dir, cache_dir, file_sha256, sha256_file
-from interp.validate import note, read_object
+from interp.files.storage import atomic_dir, cache_dir, file_sha256, sha256_file
+from interp.files.validate import note, read_object
 
 __all__ = ["REAL_MODELS", "RealModel", "cache_dir", "convert", "real_model_file"]
 

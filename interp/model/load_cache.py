@@ -10,7 +10,7 @@ kernel to read the file ahead when a load begins. The file's metadata holds the 
 key (the weights' sha256, TransformerLens / transformers / torch versions, the processing flags and
 the names, shapes and dtypes handed in) and the digest of its tensors; a file whose key differs
 (another TL version, other flags) or whose tensors do not hash to its digest (bits flipped on disk)
-is not read: a one-line note says so (`interp.validate.note`; loading drops warnings) and it is
+is not read: a one-line note says so (`interp.files.validate.note`; loading drops warnings) and it is
 rebuilt. The digest is checked once per version of the file (size, mtime, ctime, inode), so a
 reload still maps the file without reading it through.
 
@@ -35,8 +35,8 @@ from typing import Any, Iterator
 
 import torch
 
-from interp.storage import cache_dir, file_sha256, write_tensors_atomic, write_text_atomic
-from interp.validate import field, note, read_object, tensors_digest
+from interp.files.storage import cache_dir, file_sha256, write_tensors_atomic, write_text_atomic
+from interp.files.validate import field, note, read_object, tensors_digest
 
 __all__ = ["CACHE_MIN_BYTES", "FAST_CLASSES", "fast_tokenizer", "file_sha256", "lean_processing", "processed_path",
            "processed_weights_cache", "release_free_memory", "warm", "weights_bytes"]

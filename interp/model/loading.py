@@ -18,8 +18,8 @@ import torch
 from interp.model import load_cache
 from interp.errors import InterpError
 from interp.model.building import family_of
-from interp.storage import cache_dir
-from interp.validate import field, read_object
+from interp.files.storage import cache_dir
+from interp.files.validate import field, read_object
 
 __all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "load", "name_of", "placement", "quiet_loading", "resolve",
            "user_zoo_dir", "zoo_dirs", "zoo_path"]

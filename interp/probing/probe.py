@@ -26,7 +26,7 @@ unpruned model's metric on the same validation rows (tolerance 0.05: at most a 5
 
 Resuming. The search is deterministic given its check values, so `checkpoint=PATH` records each
 value as it is measured (atomically) and a later call with the same path replays the recorded ones
-instead of running them (a safetensors state file, interp.storage.save_state): a probe killed half-way resumes where it stopped and ends with the same
+instead of running them (a safetensors state file, interp.files.storage.save_state): a probe killed half-way resumes where it stopped and ends with the same
 mask and history as an uninterrupted one. The file names the model, the scores and the search's
 settings; a file made for other ones is refused, never replayed.
 """
@@ -47,7 +47,7 @@ from tqdm.auto import tqdm
 
 from interp.errors import InterpError
 from interp.interventions import WeightMask
-from interp.storage import load_state, save_state
+from interp.files.storage import load_state, save_state
 from interp.results import Grid, result
 from interp.run import evaluate
 from interp.model import name_of

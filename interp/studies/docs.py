@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from interp.errors import InterpError
-from interp.storage import fill_between, write_text_atomic
+from interp.files.storage import fill_between, write_text_atomic
 from interp.studies.verdicts import dicts_in
 
 __all__ = ["COMMON_REGIONS", "Checker", "Render", "check", "common_regions", "write_common", "get", "headline_verdicts", "keys_of", "paper_ledger", "papers_table", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",

@@ -276,7 +276,7 @@ def recalibrate(name: str, json_path: str | Path, doc_path: str | Path | None = 
     it back, and refill the doc's regions from it when `doc_path` is given."""
     import importlib
 
-    from interp.storage import write_text_atomic
+    from interp.files.storage import write_text_atomic
     from interp.studies import protocol
 
     entry = protocol.get(name)

@@ -13,7 +13,7 @@ recomputed with a one-line note, never used (`interp.sweep.store.Store.get`):
 
 Tensors a unit keeps go through interp.results.save under `units.files(config)` (written before
 the result is stored, so a stored result's files are complete). A long unit may save its state
-to `units.checkpoint_path(config)` (atomically, e.g. with interp.storage.atomic_path) and resume
+to `units.checkpoint_path(config)` (atomically, e.g. with interp.files.storage.atomic_path) and resume
 from it; the file is removed once the unit's result is stored.
 
 Budgets: a study declares `BUDGETS = {"quick": {...}, "paper": {...}}`; `budget(BUDGETS, name,
@@ -36,14 +36,14 @@ from interp.errors import InterpError
 from interp.sweep import Store
 
 __all__ = ["CHECKPOINT_SUFFIX", "RUN_FIELDS", "Units", "budget", "budget_record", "commit", "comparable", "provenance"]
-CHECKPOINT_SUFFIX = ".safetensors"  # written with interp.storage.save_state: resuming unpickles nothing
+CHECKPOINT_SUFFIX = ".safetensors"  # written with interp.files.storage.save_state: resuming unpickles nothing
 
 # provenance fields that differ between two runs of the same budget (timing, what this run computed)
 RUN_FIELDS = ("date", "wall_s", "units_run", "units_s", "step_profile", "gpu_estimate")
 
 
 def _cache_dir() -> Path:
-    from interp.storage import cache_dir  # $INTERP_CACHE, default ~/.cache/interp: the zoo's and GGUF's cache
+    from interp.files.storage import cache_dir  # $INTERP_CACHE, default ~/.cache/interp: the zoo's and GGUF's cache
 
     return cache_dir()
 

@@ -57,9 +57,9 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.results import Grid
 from interp.sweep.jobs import COMMON_KEYS, KINDS, METRICS, Job, JobKind, job_id, resolved, run_job
-from interp.storage import check_writable, sha256_file
+from interp.files.storage import check_writable, sha256_file
 from interp.sweep.store import Recorder, Store
-from interp.validate import field, note, read_json
+from interp.files.validate import field, note, read_json
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -14,8 +14,8 @@ from typing import Any
 
 from interp.errors import InterpError
 from interp.results import Grid
-from interp.storage import sha256_file, write_text_atomic
-from interp.validate import digest, note
+from interp.files.storage import sha256_file, write_text_atomic
+from interp.files.validate import digest, note
 
 Job = dict[str, Any]  # a planned job: id, key, model, config (interp.sweep.jobs builds them)
 

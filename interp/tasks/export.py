@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from interp.errors import InterpError
-from interp.storage import atomic_dir
+from interp.files.storage import atomic_dir
 from interp.tasks import SPLITS, make
 
 __all__ = ["ROWS", "write"]

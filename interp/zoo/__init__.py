@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.model import ZOO_DIR, user_zoo_dir, zoo_dirs, zoo_path
-from interp.validate import read_object
+from interp.files.validate import read_object
 
 __all__ = ["card", "entries", "table"]
 

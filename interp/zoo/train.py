@@ -24,8 +24,8 @@ from interp.model import user_zoo_dir
 from interp.model.building import hf_config, hf_model_class, save_model_dir
 from interp.tasks import PAD_ID, dyck, english, markov, modular, multidomain, pad_rows
 from interp.errors import InterpError
-from interp.storage import check_writable
-from interp import validate
+from interp.files.storage import check_writable
+from interp.files import validate
 
 __all__ = ["RECIPES", "NameCodes", "Recipe", "evaluate", "grokking_steps", "train", "training_rows", "write_card"]
 

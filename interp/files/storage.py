@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from interp.errors import InterpError
-from interp.validate import digest, read_safetensors, refuse, tensor, tensors_digest
+from interp.files.validate import digest, read_safetensors, refuse, tensor, tensors_digest
 
 __all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "sha256_file", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
@@ -137,7 +137,7 @@ def _lookup(name: Any, source: Any, where: str) -> type:
         importlib.import_module(HOMES[tag])  # registers the type: only modules HOMES names are ever imported
     if tag not in _REGISTRY:
         raise InterpError(f"{source}: {where} is of type {name[:60]!r}, which no imported module registers; import "
-                          "the module that defines it first (interp's own types load by themselves: interp.storage.HOMES)")
+                          "the module that defines it first (interp's own types load by themselves: interp.files.storage.HOMES)")
     return _REGISTRY[tag]
 
 
