@@ -15,8 +15,8 @@ shares the machine), each the best of `--repeats`:
 and what follows: tokens/s when L dictionaries train from one forward (1 / (1/forward +
 L/dictionary)), the FLOPs per token of each part, the limit (FLOPs per token / the matmul rate),
 and the `full16k` budget of `interp.features.suite` (every layer) in days at the measured rate and
-in GPU hours at the FLOP rate `interp.studies.gpu_estimate` assumes (its calibration's
-`bounds_assumed.tflops`: a lower bound on a GPU's time, not a measurement). A dictionary step is dense: the encoder [d_in, n] and decoder [n, d_out] products, forward
+in GPU hours at the FLOP rate `interp.studies.gpu_estimate` assumes (`bounds_assumed.tflops` of
+interp/data/gpu_calibration.json: a lower bound on a GPU's time, not a measurement). A dictionary step is dense: the encoder [d_in, n] and decoder [n, d_out] products, forward
 and backward, 3 x 2 x (d_in + d_out) x n FLOPs a token; the forward is 2 x (parameters outside the
 embedding) a token.
 """
@@ -27,6 +27,7 @@ import argparse
 import json
 import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -36,7 +37,6 @@ from interp.features.suite import SUITES
 from interp.features.train import mlp_sites
 from interp.run import cache
 from interp.storage import write_text_atomic
-from interp.studies.gpu_estimate import load_calibration
 
 
 def _best(fn, repeats: int) -> float:
@@ -90,7 +90,8 @@ def measure(n_features: int, repeats: int, steps: int) -> dict:
     rate = lambda layers: 1 / (1 / fwd + layers / dic)
     per_token = lambda layers: flops_fwd + layers * flops_dict
     full = SUITES["smollm2-english"].budgets["full16k"]
-    tflops = load_calibration()["tflops"]
+    calibration = Path(interp.__file__).parent / "data" / "gpu_calibration.json"  # interp.studies.gpu_estimate's
+    tflops = json.loads(calibration.read_text(encoding="utf-8"))["bounds_assumed"]["tflops"]
     return {
         "full_budget": {"tokens": full.tokens, "layers": cfg.n_layers, "n_features": full.n_features,
                         "cpu_days_at_measured_rate": round(full.tokens / rate(cfg.n_layers) / 86400, 1),

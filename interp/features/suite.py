@@ -118,15 +118,16 @@ def _data(model, suite: Suite):
 
 
 def train_suite(name: str, budget: str = "cpu", *, layers: tuple[int, ...] | None = None, tokens: int | None = None,
-                every: int | None = None, progress: bool = True) -> dict[tuple[str, str], Dictionary]:
+                every: int | None = None, device: str | None = None, progress: bool = True) -> dict[tuple[str, str], Dictionary]:
     """Train (or resume) suite `name` at `budget`: every layer, or `layers` from the same forwards;
     `tokens` raises the budget's token count (a finished run goes on); `every` trains in stretches
-    of that many tokens and keeps each stretch's dictionaries under <folder>/tokens-<n>/."""
+    of that many tokens and keeps each stretch's dictionaries under <folder>/tokens-<n>/; `device`
+    places the model (and so the training: the dictionaries train where the activations are)."""
     import interp
 
     suite, recipe = _suite(name, budget)
     recipe = recipe if tokens is None else replace(recipe, tokens=tokens)
-    model = interp.load(suite.model)
+    model = interp.load(suite.model, device=device)
     rows, valid, _, _ = _data(model, suite)
     out = folder(name, budget, layers)
     marks = [recipe.tokens] if every is None else [*range(every, recipe.tokens, every), recipe.tokens]
@@ -237,7 +238,8 @@ def _beyond_random(model, dicts: list[Dictionary], held, held_valid, fit, fit_va
     return out
 
 
-def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, progress: bool = True) -> dict:
+def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, device: str | None = None,
+          progress: bool = True) -> dict:
     """Suite `name`'s dictionaries at each kept stretch (<folder>/tokens-<n>/, `train_suite(every=...)`)
     and the latest checkpoint's, scored on held-out text: FVE beside the dense and the same-L0 random
     controls, L0 and dead at each; the CE splices (zero, mean, random control) at the latest only;
@@ -251,7 +253,7 @@ def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, prog
                    key=lambda p: int(p.name.split("-")[1]))
     stretches = [Dictionary.load(p / f"{i}.safetensors") for p in marks for i in range(n)]
     latest = list(from_checkpoint(out).values())
-    model = interp.load(suite.model)
+    model = interp.load(suite.model, device=device)
     train_rows, train_valid, held, held_valid = _data(model, suite)
     common = dict(rows_per_forward=16, progress=progress, fit_tokens=train_rows[: suite.fit_rows],
                   fit_valid=train_valid[: suite.fit_rows])
@@ -265,7 +267,8 @@ def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, prog
     return {
         "budget": {**asdict(recipe), "budget": budget, "model": suite.model, "layers": [layer_of(d.site_out) for d in latest],
                    "n_layers": suite.n_layers, "n_ctx": suite.n_ctx, "eval_rows": suite.eval_rows, "fit_rows": suite.fit_rows,
-                   "source": describe(suite.source), "trainer_code": meta["code"], "targets": TARGETS},
+                   "source": describe(suite.source), "text_tokens": int(train_valid.sum()) + int(held_valid.sum()),
+                   "trainer_code": meta["code"], "targets": TARGETS},
         "gap": {"layers": len(latest), "met": sum(r["fve"] >= TARGETS["fve"] and r["dead"] <= TARGETS["dead"] for r in final)},
         "trained": {k: meta[k] for k in ("tokens", "steps", "seconds", "forward_seconds")},
         "held_out_tokens": final[0]["tokens"],
@@ -303,15 +306,16 @@ def main(argv=None) -> None:
     p.add_argument("--layers", default=None, help="train: these layers only, e.g. 3,15,27 (default: all)")
     p.add_argument("--tokens", type=int, default=None, help="train: this many tokens (default: the budget's)")
     p.add_argument("--every", type=int, default=None, help="train: keep the dictionaries after every N tokens")
+    p.add_argument("--device", default=None, help="train, curve: where the model runs (e.g. cuda; default: interp.load's)")
     p.add_argument("--bench", default=None, help="curve: a benchmarks/dictionary_budget.py JSON to include")
     a = p.parse_args(argv)
     layers = None if a.layers is None else tuple(int(l) for l in a.layers.split(","))
     if a.what == "train":
         for name in a.names:
-            train_suite(name, a.budget, layers=layers, tokens=a.tokens, every=a.every)
+            train_suite(name, a.budget, layers=layers, tokens=a.tokens, every=a.every, device=a.device)
             print(f"saved under {folder(name, a.budget, layers)}")
     elif a.what == "curve":
-        data = {"suite": a.names[0], **curve(a.names[0], a.budget, layers)}
+        data = {"suite": a.names[0], **curve(a.names[0], a.budget, layers, device=a.device)}
         if a.bench:
             data["throughput"] = json.loads(Path(a.bench).read_text(encoding="utf-8"))
         data["provenance"] = {"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -24,6 +24,7 @@ def _run(r: Render, data: dict) -> str:
         f"Transcoders of {r.int(b + '/n_features')} features (BatchTopK, `k` {r.int(b + '/k')}, learning rate "
         f"{r.num(b + '/lr')}, {r.int(b + '/rows')} rows of {r.int(b + '/n_ctx')} tokens a step) at layers {layers} of "
         f"SmolLM2-135M, all from the same forwards, trained on {r.int(t + '/tokens')} tokens of the english text "
+        f"(of its {r.int(b + '/text_tokens')}) "
         f"({r.int(t + '/steps')} steps, {r.num(t + '/seconds')} s of wall time on the shared machine, "
         f"{r.num(t + '/forward_seconds')} s of it in the model's forwards); scored on {r.int('/held_out_tokens')} "
         f"held-out tokens (the text's last {r.int(b + '/eval_rows')} rows), the controls fitted on its first "
