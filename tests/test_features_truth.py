@@ -13,7 +13,7 @@ import torch
 from interp.errors import InterpError
 from interp.features import Dictionary, load_saelens, save_saelens
 from interp.features.train import ARCHITECTURES, Recipe, fit, fit_each
-from interp.features.truth import CASES, interval, matching, max_cosine, run, sample
+from interp.features.truth import CASES, combined, interval, matching, max_cosine, run, sample
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -68,6 +68,15 @@ def test_suite_runs_small_and_beats_its_control():
         assert res[arch]["mcc"]["mean"] <= res[arch]["mmc"]["mean"] + 1e-6  # float32 cosines
     assert res["topk"]["l0"]["mean"] <= 4 + 1e-6  # TopK keeps k at inference
     assert data["choice"]["best"] in ARCHITECTURES and set(data["results"]) == {"independent", "planted"}
+    from interp.studies import docs as bound
+    from interp.studies.features.truth import regions
+
+    body = regions(data)  # docs/dictionary_truth.md's regions: every number bound to its key
+    doc = "".join(f"<!-- gen:{k} -->\n{v}\n<!-- /gen:{k} -->\n" for k, v in body.items())
+    assert set(body) == {"choice", "budget", "table-independent", "table-planted"} and bound.check(doc, data) == []
+    planted = data["results"]["planted"]["relu"]["mcc"]["mean"]
+    bound.set_at(data, "/results/planted/relu/mcc/mean", planted * 1.01 + 0.01)
+    assert bound.check(doc, data)  # a changed number no longer checks
 
 
 # the architectures the suite compares: each trains, saves as a Dictionary and exports honestly
@@ -136,3 +145,10 @@ def test_recipe_refusals(bad, match):
     with pytest.raises(InterpError, match=match):
         Recipe(n_features=32, **bad)
     assert Recipe(n_features=32).nested == (4, 8, 16, 32) and Recipe(**{**Recipe().__dict__, "prefixes": [256, 2048]}).prefixes == (256, 2048)
+
+
+def test_combined_counts_rows_that_mix_two_directions():
+    _, dirs = sample("planted", 8, 32, seed=0)  # orthonormal
+    rows = torch.cat([dirs[:4], dirs[4:8] + dirs[8:12], dirs[12:14] + 0.1 * dirs[14:16]])  # 4 pure, 4 mixed, 2 nearly pure
+    assert combined(dirs, rows) == pytest.approx(0.4)
+    assert combined(dirs, dirs) == 0.0

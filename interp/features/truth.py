@@ -18,6 +18,7 @@ seed (`fit_each`) and is scored on fresh draws by
     mean max cosine  each true direction's best decoder row, averaged
     MCC              the mean cosine of a one-to-one matching of true directions to decoder rows
                      (scipy's linear_sum_assignment, Hungarian)
+    combined         the fraction of decoder rows that mix two true directions (`combined`)
 
 beside the same scores for a random dictionary of the same width (unit rows uniform on the sphere),
 so each reads against chance; means over seeds carry 95 % t-intervals. Reconstruction is matched:
@@ -48,7 +49,7 @@ from interp.features.suite import commit
 from interp.features.train import ARCHITECTURES, Recipe, fit_each
 from interp.storage import write_text_atomic
 
-__all__ = ["BUDGETS", "CASES", "Budget", "interval", "matching", "max_cosine", "run", "sample", "score"]
+__all__ = ["BUDGETS", "CASES", "Budget", "combined", "interval", "matching", "max_cosine", "run", "sample", "score"]
 
 SITE = "blocks.0.hook_resid_post"  # a name for the dictionaries' site: the suite runs no model
 
@@ -136,6 +137,17 @@ def matching(dirs: Tensor, W_dec: Tensor) -> float:
     return float(cos[rows, cols].mean())
 
 
+def combined(dirs: Tensor, W_dec: Tensor, single: float = 0.9, pair: float = 0.95) -> float:
+    """Fraction of decoder rows that are mixtures of two true directions: cosine below `single`
+    with every true direction, but at least `pair` with the plane of its two nearest."""
+    w, u = _unit(W_dec.to(dirs)), _unit(dirs)
+    cos = w @ u.T  # [rows, m]
+    best = cos.topk(2, dim=1)
+    plane = torch.linalg.qr(u[best.indices].transpose(1, 2)).Q  # [rows, d, 2]: each row's two nearest, orthonormal
+    in_plane = torch.einsum("rd,rdk->rk", w, plane).norm(dim=1)  # cosine of the row with that plane
+    return float(((best.values[:, 0] < single) & (in_plane >= pair)).float().mean())
+
+
 def interval(values: list[float]) -> dict:
     """mean and 95 % t-interval of `values` (one per seed), and the values."""
     n, mean = len(values), sum(values) / len(values)
@@ -154,7 +166,8 @@ def score(d: Dictionary, x: Tensor, dirs: Tensor) -> dict[str, float]:
     """Mean max cosine, MCC, FVE and L0 of dictionary `d` on held-out activations `x`."""
     with torch.no_grad():
         l0 = float((d.encode(x) > 0).sum(-1).float().mean())
-    return {"mmc": float(max_cosine(dirs, d.W_dec).mean()), "mcc": matching(dirs, d.W_dec), "fve": _fve(d, x), "l0": l0}
+    return {"mmc": float(max_cosine(dirs, d.W_dec).mean()), "mcc": matching(dirs, d.W_dec), "fve": _fve(d, x), "l0": l0,
+            "combined": combined(dirs, d.W_dec)}
 
 
 @dataclass(frozen=True)
@@ -200,7 +213,8 @@ def _one(name: str, budget: Budget, seed: int) -> dict[str, dict]:
         out[arch] = {**score(d, held, dirs), "coefficient": {"relu": r.l1_coefficient, "jumprelu": r.l0_coefficient}.get(arch)}
     gen = torch.Generator().manual_seed(10_000 + seed)
     random = _unit(torch.randn(case.width * len(dirs), budget.d, generator=gen))
-    out["random"] = {"mmc": float(max_cosine(dirs, random).mean()), "mcc": matching(dirs, random)}
+    out["random"] = {"mmc": float(max_cosine(dirs, random).mean()), "mcc": matching(dirs, random),
+                     "combined": combined(dirs, random)}
     return out
 
 
