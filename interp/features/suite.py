@@ -10,9 +10,9 @@ budget, and where they live.
 NAME is "zoo" (zoo:lm-gpt2: a transcoder per layer and an SAE on the middle residual stream,
 its own English text), "smollm2" (smollm2-135m: a transcoder per layer, 30, and an SAE on layer
 15's residual stream, read from the "docstrings" text) or "smollm2-english" (smollm2-135m: 16,384-
-feature transcoders, read from the "english" text, budgets "cpu16k" and "full16k"; `--layers 3,15,27` trains a subset of the
-layers from the same forwards, `--tokens N` raises the budget, `--every N` keeps the
-dictionaries after each N tokens under <folder>/tokens-<n>/ for a curve). Weights go to
+feature transcoders, read from the "english" text, budgets "cpu16k" and "full16k"; `--layers 3,15,27`
+trains a subset of the layers from the same forwards, `--tokens N` raises the budget, `--every N`
+keeps the dictionaries after each N tokens under <folder>/tokens-<n>/ for a curve). Weights go to
 $INTERP_CACHE/dictionaries/<model>/<budget>[-layers-...]/ (never into the repository): load one
 with `interp.features.load_dictionaries("smollm2")` or `Dictionary.load(path)`.
 """
@@ -73,11 +73,11 @@ SUITES = {
         "quick": Recipe(n_features=256, k=16, tokens=4_000, rows=4, dead_after=2_000, checkpoint_every=2),
         "cpu": Recipe(n_features=1024, k=32, lr=2e-3, tokens=135_000, rows=4, dead_after=20_000, checkpoint_every=30),
     }),
-    # 16,384 features a layer: "cpu16k" is what a few layers reach in about an hour of one CPU core,
+    # 16,384 features a layer: "cpu16k" is for a few layers on one CPU core (about an hour of CPU time),
     # "full16k" every layer at a budget for a GPU; held-out scoring reads 64 rows (8,128 tokens), enough
     # for a feature firing once in 500 tokens to be seen about 16 times
     "smollm2-english": Suite("smollm2-135m", "english", 30, None, {
-        "cpu16k": Recipe(n_features=16384, k=32, lr=2e-3, tokens=80_000, rows=8, dead_after=10_000, checkpoint_every=5),
+        "cpu16k": Recipe(n_features=16384, k=32, lr=2e-3, tokens=300_000, rows=8, dead_after=10_000, checkpoint_every=5),
         "full16k": Recipe(n_features=16384, k=32, lr=1e-3, tokens=100_000_000, rows=64, dead_after=1_000_000,
                        checkpoint_every=100),
     }, eval_rows=64),
