@@ -41,6 +41,8 @@ import sys
 # and `interp.report` are how users spell the views (README, notebooks), so they stay quiet
 # aliases; the other old names import with one DeprecationWarning that gives the new name.
 _MOVED = {
+    "interp.plot": "interp.views.plot", "interp.report": "interp.views.report",
+    "interp.circuit_view": "interp.views.circuit", "interp.bundle": "interp.views.bundle",
     "interp.sweep_jobs": "interp.sweep.jobs", "interp.sweep_store": "interp.sweep.store",
     "interp.sweep_ray": "interp.sweep.ray_executor", "interp.train": "interp.zoo.train",
     "interp.gguf": "interp.model.gguf", "interp.load_cache": "interp.model.load_cache",
@@ -105,7 +107,7 @@ from interp.tasks.base import Task
 
 _LAZY = (
     "patching", "lens", "circuits", "masking", "simplify", "cores", "steering", "probing", "grafting", "studies", "sweep",
-    "zoo", "plot", "report", "circuit_view", "files", "features",
+    "zoo", "plot", "report", "views", "files", "features",
 )
 
 

@@ -3,7 +3,7 @@ nb = nbf.v4.new_notebook()
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 nb.cells = [
     md("# 01 · Tasks and the zoo\n\nEvery task in `interp.tasks` is deterministic from a seed and yields a `Task`: clean and corrupt token rows, correct and incorrect answers, the position the answer is read at, and the split. The zoo ships small models of every family trained on these tasks, so everything here runs offline."),
-    code("import interp\nfrom interp import plot, tasks, zoo\nimport pandas as pd\n\npd.DataFrame(zoo.table())"),
+    code("import interp\nfrom interp import tasks, zoo\nfrom interp.views import plot\nimport pandas as pd\n\npd.DataFrame(zoo.table())"),
     md("## Tasks and their splits"),
     code("for name, splits in tasks.SPLITS.items():\n    print(f'{name:8s}', splits)\n\nsva = tasks.make('sva', split='sva_attractor_mismatch', n=4, seed=0)\nfor text, c, i in zip(sva.text, sva.correct, sva.incorrect):\n    print(f'{text!r:45}  correct={c.item()}  incorrect={i.item()}')"),
     code("ioi = tasks.make('ioi', split='train', n=3, seed=0)  # names seen in training IOI sentences\nheld_out = tasks.make('ioi', split='test', n=3, seed=0)  # names never in an IOI sentence\nlist(ioi.text) + list(held_out.text)"),

@@ -3,7 +3,7 @@ nb = nbf.v4.new_notebook()
 md, code = nbf.v4.new_markdown_cell, nbf.v4.new_code_cell
 nb.cells = [
     md("# 02 · Patching on IOI\n\nExact activation patching, attribution patching and path patching on the zoo GPT-2 language model and the IOI task (names from the training split, which the model solves). Every call returns an `interp.Grid`; `interp.plot.render` draws any of them."),
-    code("import interp\nfrom interp import patching, plot, tasks\n\nmodel = interp.load('zoo:lm-gpt2')\nioi = tasks.make('ioi', split='train', n=16, seed=0)\nprint(ioi.text[0], '->', model.to_string(ioi.correct[:1]))"),
+    code("import interp\nfrom interp import patching, tasks\nfrom interp.views import plot\n\nmodel = interp.load('zoo:lm-gpt2')\nioi = tasks.make('ioi', split='train', n=16, seed=0)\nprint(ioi.text[0], '->', model.to_string(ioi.correct[:1]))"),
     md("## Exact activation patching\n\nThe model runs on the ABC-corrupted prompt while one head's output (`hook_z`) comes from the clean prompt. `meta` holds the clean and corrupt logit differences for reference. Many cells share one batched forward pass; the numbers equal TransformerLens's `get_act_patch_attn_head_out_all_pos`."),
     code("exact = patching.activation_patch(model, ioi, site='z')\nprint('clean', round(exact.meta['clean_metric'], 3), 'corrupt', round(exact.meta['corrupt_metric'], 3))\nplot.show(exact)"),
     code("exact.top(3)"),

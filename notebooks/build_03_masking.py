@@ -11,7 +11,8 @@ cells = [
 `interp.masking` masks attention heads (at `hook_z`) and MLPs (at `hook_mlp_out`): a masked unit outputs `(act - ref)·m + ref`, with `ref` zero, a mean over reference rows, or a resampled input. On top of that: single-unit ablation scans, learned hard-concrete (L0) masks as in Bhaskar et al. 2024 (*The Heuristic Core*), many subnetworks from many seeds, the units they all share (the core), and their in- versus out-of-distribution accuracy."""),
     new_code_cell("""import torch
 import interp
-from interp import masking, plot, tasks
+from interp import masking, tasks
+from interp.views import plot
 from interp.masking import HeadMask
 from interp.model import ZOO_DIR, build_tiny
 from interp.tasks import english

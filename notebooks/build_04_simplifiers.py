@@ -15,7 +15,8 @@ Friedman et al. (*Interpretability Illusions in the Generalization of Simplified
 
 `interp.simplify` makes each proxy one call, and reports faithfulness split by split. Here on the zoo Dyck-(20, 10) model (GPT-2 family, 2 layers, d_model 32, one head per layer); we simplify the second-layer head."""),
     new_code_cell("""import interp
-from interp import plot, simplify, zoo
+from interp import simplify, zoo
+from interp.views import plot
 import pandas as pd
 
 model = interp.load('zoo:dyck')

@@ -23,7 +23,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "import interp\n"
-        "from interp import cores, plot\n"
+        "from interp import cores\nfrom interp.views import plot\n"
         "from interp.tasks import markov, english\n"
         "from interp.results import Grid\n"
         "torch.set_num_threads(1)\n\n"

@@ -18,7 +18,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "import interp\n"
-        "from interp import plot, steering\n"
+        "from interp import steering\nfrom interp.views import plot\n"
         "from interp.steering import Steer\n"
         "from interp.studies import steering as study    # the SVA study: grammar helpers, compare\n"
         "from interp.tasks import english\n"

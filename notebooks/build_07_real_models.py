@@ -16,7 +16,7 @@ cells = [
     new_code_cell(
         "import pandas as pd\n"
         "import interp\n"
-        "from interp import patching, plot, steering\n"
+        "from interp import patching, steering\nfrom interp.views import plot\n"
         "from interp.steering import Steer\n"
         "from interp.tasks import bpe\n\n"
         "model = interp.load('smollm2-135m')\n"

@@ -19,7 +19,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "import interp\n"
-        "from interp import grafting, plot, run\n"
+        "from interp import grafting, run\nfrom interp.views import plot\n"
         "from interp.grafting.delta import layer_of\n"
         "torch.set_num_threads(1)\n\n"
         "people, cities, langs = ('alice', 'bob', 'carol', 'dave'), ('paris', 'rome', 'oslo', 'cairo'), ('french', 'italian', 'norwegian', 'arabic')\n"

@@ -17,7 +17,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "import interp\n"
-        "from interp import lens, plot\n"
+        "from interp import lens\nfrom interp.views import plot\n"
         "from interp.tasks import english\n"
         "torch.set_num_threads(1)\n\n"
         "spec = 'zoo:lm-gpt2' if (interp.model.ZOO_DIR / 'lm-gpt2' / 'config.json').exists() else \\\n"

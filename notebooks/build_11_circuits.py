@@ -17,7 +17,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "import interp\n"
-        "from interp import circuits, plot, tasks\n"
+        "from interp import circuits, tasks\nfrom interp.views import plot\n"
         "from interp.circuits.pipeline import with_example\n"
         "torch.set_num_threads(1)\n\n"
         "model = interp.load('zoo:lm-gpt2')\n"

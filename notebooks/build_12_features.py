@@ -21,7 +21,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "import interp\n"
-        "from interp import features, plot, run\n"
+        "from interp import features, run\nfrom interp.views import plot\n"
         "from interp.features import quality\n"
         "from interp.features.train import Recipe, fit, mlp_sites\n"
         "from interp.tasks import english\n"

@@ -147,7 +147,7 @@ def test_bad_input_and_the_grid_renders(llama_ioi, scored):
     other = replace(g, meta={**g.meta, "n_layers": 5})
     with pytest.raises(InterpError, match="layers"):
         circuit_scores(model, task, {"eap": other}, progress=False)
-    from interp import plot
+    from interp.views import plot
 
     fig = plot.render(grid)
     assert len(fig.data) == 4  # two series, two panels (signed order, |score| order)

@@ -15,8 +15,8 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from interp import plot, report
-from interp.circuit_view import circuit_html, view
+from interp.views import plot, report
+from interp.views.circuit import circuit_html, view
 from interp.circuits import Graph, edge_list
 from interp.errors import InterpError
 from interp.results import Grid, Heading

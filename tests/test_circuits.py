@@ -407,7 +407,7 @@ def test_a_real_model_is_named_not_by_its_cache_folders_sha256(tmp_path):
     import json
     from types import SimpleNamespace
 
-    from interp.circuit_view import view
+    from interp.views.circuit import view
     from interp.circuits.eap import model_label
 
     folder = tmp_path / ("ab" * 32)

@@ -397,7 +397,7 @@ def _prompts(n: int) -> list[str]:
 
 
 def test_results_render(planted, tmp_path):
-    from interp import plot
+    from interp.views import plot
 
     model, task, _ = planted
     core = cores.extract(model, task, site=PLANT_SITE)

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 import interp
-from interp import plot, results, run
+from interp import results, run
+from interp.views import plot
 from interp.errors import InterpError
 from interp.features import Dictionary
 from interp.features.attribute import EMBED, UNEMBED, Hold, attribute, frozen, replacement_logits

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import interp
-from interp import plot, run
+from interp import run
+from interp.views import plot
 from interp.errors import InterpError
 from interp.features import Dictionary, FeatureEdit, feature_acts, feature_edit, top_examples
 from interp.features.dashboard import dashboard_html

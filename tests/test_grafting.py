@@ -151,7 +151,7 @@ def test_invented_relation_and_word_model_vocabulary(tmp_path):
 
 
 def test_scores_render_and_save(tiny, delta, implications, tmp_path):
-    from interp import plot
+    from interp.views import plot
 
     scores = grafting.extractive_scores(tiny, delta, implications)
     heat = scores.heatmap("informative", "mlp")

@@ -223,7 +223,7 @@ def test_bad_input(gpt2):
 
 
 def test_render_and_save(gpt2, tmp_path):
-    from interp import plot
+    from interp.views import plot
     from interp.results import load
 
     task = random_task(gpt2)

@@ -374,7 +374,7 @@ def test_effective_size(gpt2, task):
 
 
 def test_renders(gpt2, task):
-    from interp import plot
+    from interp.views import plot
 
     mask = HeadMask.keeping(gpt2, [(0, 1)], mlps=[0])
     assert plot.render(mask).data

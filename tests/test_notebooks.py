@@ -65,7 +65,7 @@ def test_show_and_widgets_stay_small():
     """plot.show: one output with a PNG and the plotly figure; circuitsvis bundle in the first view only."""
     import torch
 
-    from interp import plot
+    from interp.views import plot
     from interp.errors import InterpError
     from interp.results import Grid
 

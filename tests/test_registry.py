@@ -16,7 +16,7 @@ from interp.errors import InterpError
     ("result", "Grid", "interp.results"),
     ("result", "HeadMask", "interp.masking.mask"),
     ("result", "Dictionary", "interp.features.dictionary"),
-    ("view", "Graph", "interp.circuit_view"),
+    ("view", "Graph", "interp.views.circuit"),
     ("view", "TopExamples", "interp.features.dashboard"),
     ("result", "NoSuchType", None),
     ("view", "Grid", None),  # a Grid is drawn by plotly, not by a view
@@ -35,9 +35,9 @@ def test_the_declaration_pattern_reads_every_form():
 
 def test_a_view_is_imported_when_first_needed_and_only_it():
     code = ("import sys\nfrom interp import registry\n"
-            "assert 'interp.circuit_view' not in sys.modules\n"
+            "assert 'interp.views.circuit' not in sys.modules\n"
             "draw = registry.view_for('Graph')\n"
-            "assert draw.__module__ == 'interp.circuit_view' and 'interp.features.dashboard' not in sys.modules\n"
+            "assert draw.__module__ == 'interp.views.circuit' and 'interp.features.dashboard' not in sys.modules\n"
             "assert registry.view_for('NoSuchType') is None and registry.view_for(None) is None\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]

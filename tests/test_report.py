@@ -3,7 +3,8 @@ import re
 import pandas as pd
 import torch
 
-from interp import Grid, plot, report
+from interp import Grid
+from interp.views import plot, report
 
 EVIL = "</script><script>alert(1)</script>"
 

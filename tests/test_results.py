@@ -52,7 +52,7 @@ def test_load_rejects_other_files(tmp_path):
 
 @pytest.mark.parametrize("shape,axes", [((4,), ("layer",)), ((2, 3), ("layer", "head")), ((2, 3, 4), ("layer", "pos", "head"))])
 def test_render_by_axis_count(shape, axes):
-    from interp import plot
+    from interp.views import plot
 
     fig = plot.render(_grid(shape, axes))
     assert fig.layout.title.text
@@ -67,7 +67,7 @@ def test_render_by_axis_count(shape, axes):
 
 
 def test_render_refuses_four_axes():
-    from interp import plot
+    from interp.views import plot
 
     with pytest.raises(ValueError, match=r"select or average.*grid.mean\('seed'\) or grid.sel\(seed=0\) to get down to 3 axes"):
         plot.render(Grid(torch.zeros(1, 1, 1, 1), ("layer", "pos", "head", "seed")))
@@ -227,7 +227,7 @@ def test_repr_is_concise_and_html_escapes_labels():
     (("layer", "split"), (5, 9), "heatmap"), (("split", "layer"), (3, 5), "heatmap"),
 ])
 def test_ordered_first_axis_draws_lines(axes, shape, chart):
-    from interp import plot
+    from interp.views import plot
 
     fig = plot.render(Grid(torch.randn(*shape), axes, meta={"metric": "logit_diff"}))
     kinds = {d.type for d in fig.data}
@@ -239,7 +239,7 @@ def test_ordered_first_axis_draws_lines(axes, shape, chart):
 
 
 def test_render_draws_a_reduced_grid():
-    from interp import plot
+    from interp.views import plot
 
     four = Grid(torch.randn(3, 2, 2, 4), ("seed", "layer", "head", "pos"))
     assert {d.type for d in plot.render(four.mean("seed")).data} == {"heatmap"}

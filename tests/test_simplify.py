@@ -328,7 +328,7 @@ def test_tasks_are_scored_at_their_answer_position(dyck_model):
 
 
 def test_renderers_draw_sweeps_and_attention_comparisons(dyck_model, fit, splits):
-    from interp import plot
+    from interp.views import plot
 
     sweep = S.rank_sweep(dyck_model, (1, 0), fit, splits, ranks=[1, 2], n_boot=10, progress=False)
     chart = sweep.to_grid()

@@ -325,7 +325,7 @@ def test_recorded_projection_is_read_before_the_steer_acts(lms):
 
 
 def test_render_results(lms, tmp_path):
-    from interp import plot
+    from interp.views import plot
 
     model = lms["gpt2"]
     comp = study.compare(model, PROMPTS[:2], Steer(_axis(), "flip"), max_new_tokens=3)

@@ -1,5 +1,5 @@
 """The browser view of an `AttributionGraph`: hand-written SVG and a little vanilla JavaScript,
-in the style of the head-level circuit view (`interp.circuit_view`).
+in the style of the head-level circuit view (`interp.views.circuit`).
 
     view(graph, examples=None)      a `GraphView`: Jupyter shows it, `interp.report` embeds it,
                                     `interp.plot.render(graph)` returns one

@@ -326,7 +326,7 @@ def _summary_jobs(path: Path, *, trusted: bool = True) -> list[dict[str, Any]]:
 
 
 def _write_report(out: Path, jobs: list[Job]) -> None:
-    from interp import report
+    from interp.views import report
     from interp.results import Heading
 
     items: list[Any] = []

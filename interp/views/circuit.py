@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from interp import bundle as bundle_js  # the name `bundle` is html()'s flag
+from interp.views import bundle as bundle_js  # the name `bundle` is html()'s flag
 from interp.circuits.graph import Graph, node
 from interp import registry
 from interp.errors import InterpError

@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 from typing import Any, Iterable
 
-from interp import plot
+from interp.views import plot
 from interp.results import Heading, write_text_atomic
 
 __all__ = ["Heading", "to_html", "write"]

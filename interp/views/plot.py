@@ -10,7 +10,7 @@ reads better: 1 ordered axis -> a line; an ordered axis and a small (<= 8) categ
 per entry. A Grid of 4 or more axes must be reduced first (`grid.mean(...)`, `grid.sel(...)`).
 Axis titles and tick labels come from the Grid itself, so a new capability draws with no edit here.
 A pandas DataFrame is drawn as a table. A circuits `Graph` is drawn as the interactive circuit
-(`interp.circuit_view`: HTML, shown by Jupyter and embedded by the report), not as a plotly figure.
+(`interp.views.circuit`: HTML, shown by Jupyter and embedded by the report), not as a plotly figure.
 
 In Jupyter, `show(result)` displays a figure as one output holding both the interactive plotly
 figure and a static PNG (`png(...)`: plotly's export through kaleido and a headless Chromium), so a
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 
 from interp.errors import InterpError
-from interp import bundle as bundle_js  # `bundle` is Widget.html's flag
+from interp.views import bundle as bundle_js  # `bundle` is Widget.html's flag
 from interp.registry import VIEWS, view_for
 from interp.results import CHARTS, Grid, atomic_path, tag_of
 from interp.tensors import AXES
@@ -90,7 +90,7 @@ def render(result: Any):
 
 def view_of(obj: Any):
     """The HTML view of `obj`: a view (anything with `html(bundle=...)` and `needs_circuitsvis`, such
-    as `interp.circuit_view.CircuitView`) as it is, the view registered for its result type
+    as `interp.views.circuit.CircuitView`) as it is, the view registered for its result type
     (`interp.registry.view`, where the view is defined: a circuits `Graph`), None for anything else."""
     if callable(getattr(obj, "html", None)) and hasattr(obj, "needs_circuitsvis"):
         return obj

@@ -1,4 +1,4 @@
-"""The circuitsvis browser bundle, shared by `interp.plot`'s widgets and `interp.circuit_view`
+"""The circuitsvis browser bundle, shared by `interp.plot`'s widgets and `interp.views.circuit`
 (neither imports the other for it): its text, a compact loader, and whether this kernel has been
 sent it yet (a notebook needs the 1.3 MB bundle once, with the first view it displays)."""
 
