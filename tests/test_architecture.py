@@ -4,7 +4,9 @@
   model flags (`interp.model` sets its flags while it builds the model); everyone else intervenes and
   observes through `interp.run`, and takes shape checks from `interp.sites`;
 - no import cycles between interp's modules (imports inside functions, literal
-  `importlib.import_module("interp.x")` calls and the package `__init__` an import runs all count),
+  `importlib.import_module("interp.x")` calls, registry strings that name a module -- "interp.x.y",
+  "interp.x.y:attr" -- and the package `__init__` an import runs all count: a lower module's table
+  that names a higher one points up, and the higher one imports it back),
   nor between its parts (a subpackage with all its modules, or a top-level module);
 - no module uses another module's private (`_name`) names;
 - no function over 80 lines outside the studies (`interp.studies`, one file per paper);
@@ -22,6 +24,7 @@ remove an entry when its file is fixed (the test fails on entries that no longer
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -42,6 +45,9 @@ HOOK_CALLS = {
     "reset_hooks", "remove_all_hook_fns",
 }
 HOOKS_MODULE_QUERIES = {"hook_names", "hook_groups", "split_inputs"}
+# a string literal that names a module (or a name in one): an edge of the import graph, as a registry
+# that imports it on lookup makes it (the root package alone does not count: every module runs it)
+REGISTRY_STRING = re.compile(r"^[a-z_]+(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?$")
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -94,6 +100,19 @@ def _imports(name: str, path: Path, mods: dict[str, Path], tree: ast.AST):
         elif (isinstance(node, ast.Call) and ast.unparse(node.func) in ("importlib.import_module", "import_module")
               and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in mods):
             yield node, node.args[0].value, (node.args[0].value, None)  # a literal dynamic import
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _named_module(node.value, mods):
+            yield node, _named_module(node.value, mods), (None, None)  # a registry string: imported when looked up
+
+
+def _named_module(text: str, mods: dict[str, Path]) -> str | None:
+    """The module a registry string names ("pkg.x.y", "pkg.x.y:attr" or "pkg.x.Name"), else None."""
+    if not REGISTRY_STRING.match(text):
+        return None
+    module = text.partition(":")[0]
+    for candidate in (module, module.rpartition(".")[0]):
+        if "." in candidate and candidate in mods:  # the root package is no edge: every module runs it
+            return candidate
+    return None
 
 
 def _parents(name: str) -> list[str]:
@@ -176,6 +195,8 @@ def private_uses(root: Path) -> list[tuple[str, str]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         aliases = {}  # local name -> the module it is
         for node, target, (local, taken) in _imports(name, path, mods, tree):
+            if local is None:  # a registry string binds no name
+                continue
             if taken is None:
                 aliases[local.split(".")[0] if "." in local and local == target else local] = (
                     target.split(".")[0] if "." in local and local == target else target)
@@ -205,7 +226,7 @@ def hook_uses(root: Path, allowed: set[str]) -> list[tuple[str, str]]:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node, target, (local, taken) in _imports(name, path, mods, tree):
-            if target == hooks_mod and taken not in HOOKS_MODULE_QUERIES:
+            if local is not None and target == hooks_mod and taken not in HOOKS_MODULE_QUERIES:
                 found.append((name, f"imports {hooks_mod}" + (f".{taken}" if taken else "")))
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
@@ -456,3 +477,17 @@ def test_a_planted_engine_branch_outside_the_runner_fails(tmp_path, code, what):
     assert violations(_plant(tmp_path / "ok", inside)) == set()  # the runner may
     public = "from pkg import run\n\ndef f(v):\n    return run.evaluate(v), {'path': 'native packed'}\n"
     assert violations(_plant(tmp_path / "pub", {**CLEAN, **RUNNER_PACKAGE, "cap/b.py": public})) == set()
+
+
+@pytest.mark.parametrize("table", ['HOMES = {"Thing": "pkg.cap.a"}\n', 'VIEWS = {"Thing": "pkg.cap.a:view"}\n',
+                                   'NAMES = ("pkg.cap.a.Thing",)\n'])
+def test_a_planted_registry_string_pointing_up_fails(tmp_path, table):
+    """A table in a lower module that names a higher module as a string is an import edge (the
+    registry imports it on lookup): with the higher module importing the lower one, a cycle."""
+    files = {**CLEAN, "low.py": table, "cap/a.py": "from pkg import low\n\ndef view(x):\n    return low, x\n"}
+    found = violations(_plant(tmp_path, files))
+    assert found == {("pkg.cap.a", "cycle pkg.cap.a, pkg.low"), ("pkg.cap", "package cycle pkg.cap, pkg.low")}
+    downward = {**CLEAN, "low.py": "X = 1\n", "cap/a.py": f"from pkg import low\n{table}"}  # naming itself/below
+    assert violations(_plant(tmp_path / "ok", downward)) == set()
+    prose = {**CLEAN, "low.py": 'DOC = "see pkg.cap.a for how"\nFILE = "pkg.json"\n', "cap/a.py": "from pkg import low\n"}
+    assert violations(_plant(tmp_path / "prose", prose)) == set()  # only a whole string naming a module counts

@@ -41,16 +41,35 @@ def _registered_in_source() -> dict[str, str]:
                 name = (call.func if call else d)
                 if isinstance(name, ast.Name) and name.id == "result":
                     tag = next((k.value.value for k in (call.keywords if call else []) if k.arg == "tag"), node.name)
-                    module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+                    parts = path.relative_to(root.parent).with_suffix("").parts
+                    module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)  # a package is its folder
                     assert tag not in found, f"result tag {tag!r} used twice ({found[tag]}, {module})"
                     found[tag] = module
     return found
 
 
-def test_every_result_tag_has_its_home():
-    from interp.files.storage import HOMES
+def test_every_result_tag_is_found_where_it_is_declared():
+    from interp.registry import declared_in
 
-    assert _registered_in_source() == HOMES
+    declared = _registered_in_source()
+    assert len(declared) > 20
+    assert {tag: declared_in("result", tag) for tag in declared} == declared
+
+
+def test_a_file_loads_in_a_fresh_interpreter_importing_only_its_types_module(tmp_path):
+    """`load` imports the module that declares the file's type, and nothing else of interp's capabilities."""
+    import subprocess
+    import sys
+
+    from interp.masking.mask import HeadMask
+
+    path = HeadMask(torch.ones(2, 3), torch.tensor([1.0, 0.0]), {"seed": 3}).save(tmp_path / "m.safetensors")
+    code = ("import sys\nfrom interp.files import storage\n"
+            f"obj = storage.load({str(path)!r})\n"
+            "assert type(obj).__module__ == 'interp.masking.mask', type(obj).__module__\n"
+            "assert not [m for m in sys.modules if m.startswith(('interp.circuits', 'interp.features', 'interp.studies'))]\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
 
 
 def test_new_files_carry_the_short_tag_and_a_moved_class_still_loads(tmp_path):

@@ -4,12 +4,15 @@
 otherwise); `save(obj, path)` writes its tensors to safetensors and everything else as JSON in the
 safetensors header, under one format ("interp/2") with the type's tag (tuples, NaN and nested
 results kept); `load(path)` gives the object back, its `__post_init__` checking it again. The tag
-does not depend on the module the class lives in, so moving a class does not break saved files:
-`HOMES` says which module to import for a tag not yet registered (tests check it against the
-source), and files of the first format ("interp/1", keyed by module path) still load. Files and folders are written beside their final name and
-renamed into place, so a crash never leaves a half-written one under that name. `cache_dir()` is
-where interp keeps what it can rebuild, and `file_sha256` hashes a file once per (path, size,
-mtime): the GGUF converter and the processed-weights cache both read them from here.
+does not depend on the module the class lives in, so moving a class does not break saved files: a
+tag no imported module has registered yet is looked up in the package's own source
+(`interp.registry.declared_in`: the one module whose `@result` declares that tag, and only it, is
+imported), and files of the first format ("interp/1", keyed by module path) still load by their
+class name. This module holds only the table; no module above it is named here. Files and folders
+are written beside their final name and renamed into place, so a crash never leaves a half-written
+one under that name. `cache_dir()` is where interp keeps what it can rebuild, and `file_sha256`
+hashes a file once per (path, size, mtime): the GGUF converter and the processed-weights cache both
+read them from here.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from safetensors.torch import save_file
 
 from interp.errors import InterpError
 from interp.files.validate import digest, read_safetensors, refuse, tensor, tensors_digest
+from interp.registry import declared_in
 
 __all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "sha256_file", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
@@ -38,24 +42,6 @@ FORMAT = "interp/2"
 _OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
 _REGISTRY: dict[str, type] = {}  # tag -> class
 
-# tag -> the module that registers it, so `load` can import a type nobody has imported yet.
-# When a result class moves, change its module here; its files keep loading.
-HOMES = {
-    "Grid": "interp.results", "Heading": "interp.results",
-    "Graph": "interp.circuits.graph", "Faithfulness": "interp.circuits.circuit",
-    "HeadMask": "interp.masking.mask", "Study": "interp.masking.subnets", "EffectiveSize": "interp.masking.subnets",
-    "SVDSimplifier": "interp.simplify.simplifiers", "KMeansSimplifier": "interp.simplify.simplifiers",
-    "OneHotSimplifier": "interp.simplify.simplifiers",
-    "Sweep": "interp.simplify.faithfulness", "AttentionComparison": "interp.simplify.faithfulness",
-    "WeightScores": "interp.probing.scores", "Probe": "interp.probing.probe",
-    "Delta": "interp.grafting.delta", "ExtractiveScores": "interp.grafting.scores",
-    "Axis": "interp.steering.axes", "Generation": "interp.steering.axes",
-    "Comparison": "interp.studies.steering",
-    "Core": "interp.cores.results", "Operator": "interp.cores.results", "Alignment": "interp.cores.results",
-    "ValidationBars": "interp.cores.results",
-    "Dictionary": "interp.features.dictionary", "TopExamples": "interp.features.sites",
-    "AttributionGraph": "interp.features.graph",
-}
 T = TypeVar("T")
 
 
@@ -133,11 +119,12 @@ def _lookup(name: Any, source: Any, where: str) -> type:
     if not isinstance(name, str):
         raise refuse(source, f"{where}.$result", f"is {name!r}", "a result type's name")
     tag = name.rpartition(".")[2]  # an interp/1 file names "module.Class"; the class name is its tag
-    if tag not in _REGISTRY and tag in HOMES:
-        importlib.import_module(HOMES[tag])  # registers the type: only modules HOMES names are ever imported
+    home = declared_in("result", tag) if tag not in _REGISTRY else None
+    if home is not None:
+        importlib.import_module(home)  # registers the type: only the module whose source declares it
     if tag not in _REGISTRY:
         raise InterpError(f"{source}: {where} is of type {name[:60]!r}, which no imported module registers; import "
-                          "the module that defines it first (interp's own types load by themselves: interp.files.storage.HOMES)")
+                          "the module that defines it first (interp's own types load by themselves)")
     return _REGISTRY[tag]
 
 
