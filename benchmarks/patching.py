@@ -30,7 +30,7 @@ from timing import best_of  # benchmarks/timing.py, beside this script
 def forward_cost(model, pos: int = 20) -> tuple[float, float]:
     """(fixed seconds per forward, seconds per row-position) of one forward: the time of a 1-row,
     1-position forward, and the slope between 64 and 256 rows of `pos` positions (best of 10
-    each). Their ratio is what `interp.run.FORWARD_COST` stands for."""
+    each). Their ratio is what `interp.run.planner.FORWARD_COST` stands for."""
     times = {}
     for rows, n_pos in ((1, 1), (64, pos), (256, pos)):
         tokens = torch.randint(5, model.cfg.d_vocab, (rows, n_pos)).to(model.cfg.device)
@@ -137,7 +137,7 @@ def write_results(path: Path, device: str, rows, fid, cost) -> None:
         "",
         f"One forward of the gpt2 4L d128 model (1 row x 1 position; slope from 64 to 256 rows x 20 positions): {cost[0] * 1e3:.1f} ms "
         f"fixed + {cost[1] * 1e6:.1f} us per row-position, so its fixed cost is that of {cost[0] / cost[1]:.0f} "
-        "row-positions (`interp.run.FORWARD_COST` plans forwards with 128).",
+        "row-positions (`interp.run.planner.FORWARD_COST` plans forwards with 128).",
         "",
         "Attribution vs exact patching (exact = patched metric minus corrupt metric), 32 prompts:",
         "",
