@@ -152,3 +152,15 @@ def test_combined_counts_rows_that_mix_two_directions():
     rows = torch.cat([dirs[:4], dirs[4:8] + dirs[8:12], dirs[12:14] + 0.1 * dirs[14:16]])  # 4 pure, 4 mixed, 2 nearly pure
     assert combined(dirs, rows) == pytest.approx(0.4)
     assert combined(dirs, dirs) == 0.0
+
+
+def test_the_default_architecture_is_the_suites_choice():
+    """Recipe's default architecture is the one docs/dictionary_truth.json found best, and it finds
+    the independent features (mean max cosine >= 0.92, the interval's low end too)."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parents[1] / "docs" / "dictionary_truth.json").read_text())
+    best = data["choice"]["best"]
+    assert Recipe().architecture == best
+    assert data["results"]["independent"][best]["mmc"]["lo"] >= 0.92

@@ -13,7 +13,10 @@ always); the slider shows the top n of them and dims nodes no shown edge touches
 where the effect is positive, red where negative; width and opacity grow with |weight|. Hovering a
 node shows what it is (layer, position, feature id, activation, influence), its label and, where a
 dashboard provides them (`examples`: {(layer, feature): [text, ...]}), its top examples; hovering
-an edge shows "source → target: weight".
+an edge shows "source → target: weight". A graph with QK attribution (meta["attention"], written
+by `interp.features.qk.with_attention`) also draws each attention edge as a dashed arc at its
+layer, from the key's column to the query's; clicking an arc, or choosing it in the list below the
+drawing, shows its top query-part / key-part pairs and their terms.
 
 Every token string and label reaches the page HTML-escaped, or as JSON with `<`, `>`, `&` escaped
 and put in place as text (never as markup). Nothing is fetched.
@@ -111,6 +114,43 @@ def _edge_svg(g: AttributionGraph, rank: int, t: int, s: int, w: float, places, 
             f"<title>{label}</title></g>")
 
 
+def _attention_svg(g: AttributionGraph, places: dict[int, tuple[float, float]]) -> str:
+    """Each attention edge of meta["attention"] as a dashed arc at its layer's row, from the key's
+    column to the query's (the token nodes' columns); selecting one shows its QK pairs."""
+    n_layers = g.meta["n_layers"]
+    x_of = {int(g.pos[i]): places[i][0] for i in g.of("token").tolist() if i in places}
+    out = []
+    for a, e in enumerate(g.meta.get("attention", [])):
+        xk, xq = x_of.get(int(e["key"])), x_of.get(int(e["query"]))
+        if xk is None or xq is None:
+            continue
+        y = _TOP + (n_layers - int(e["layer"])) * _ROW - 14
+        d = f"M{xk:.1f},{y:.1f} Q{(xk + xq) / 2:.1f},{y - 24 - 0.05 * abs(xq - xk):.1f} {xq:.1f},{y:.1f}"
+        label = html.escape(_attention_label(g, e))
+        out.append(f'<g class="attn-edge" data-a="{a}" data-label="{label}"><path class="hit" d="{d}"/>'
+                   f'<path class="line" d="{d}"/><title>{label}</title></g>')
+    return "".join(out)
+
+
+def _attention_label(g: AttributionGraph, e: dict[str, Any]) -> str:
+    q, k = int(e["query"]), int(e["key"])
+    tok = lambda p: repr(g.tokens[p]) if 0 <= p < len(g.tokens) else "?"  # noqa: E731
+    return (f"L{e['layer']} H{e['head']}: query @{q} {tok(q)} ← key @{k} {tok(k)}, "
+            f"score {float(e['score']):+.4g}, pattern {float(e['pattern']):.3f}")
+
+
+def _attention_panel(g: AttributionGraph, uid: str) -> str:
+    """A list of the attention edges and the table of the selected one's top query/key pairs."""
+    rows = g.meta.get("attention", [])
+    if not rows:
+        return ""
+    options = "".join(f'<option value="{a}">{html.escape(_attention_label(g, e))}</option>' for a, e in enumerate(rows))
+    return (f'<div class="attn"><label for="{uid}-attn">attention edge (QK attribution): </label>'
+            f'<select id="{uid}-attn">{options}</select>'
+            f'<table><thead><tr><th>query part</th><th>key part</th><th>term</th></tr></thead>'
+            f'<tbody id="{uid}-pairs"></tbody></table><div id="{uid}-rest" class="rest"></div></div>')
+
+
 def _hover(g: AttributionGraph, i: int, examples: Mapping[tuple[int, int], Sequence[str]]) -> dict[str, Any]:
     kind = int(g.kind[i])
     lines = [g.describe(i)]
@@ -137,6 +177,12 @@ _CSS = """
 #{u} .tip {{ position: absolute; display: none; background: #fff; border: 1px solid #888; padding: 3px 7px;
              pointer-events: none; max-width: 460px; font-size: 12px; box-shadow: 1px 1px 3px #0003; z-index: 10; }}
 #{u} .tip .ex {{ color: #555; font-family: monospace; white-space: pre-wrap; }}
+#{u} .attn-edge path {{ fill: none; }}
+#{u} .attn-edge .hit {{ stroke: transparent; stroke-width: 8; pointer-events: stroke; cursor: pointer; }}
+#{u} .attn-edge .line {{ stroke: #7b3fa0; stroke-width: 1.5; stroke-dasharray: 4 3; pointer-events: none; }}
+#{u} .attn-edge.on .line {{ stroke-width: 3.5; }}
+#{u} .attn table {{ border-collapse: collapse; margin: 4px 0; }}
+#{u} .attn td, #{u} .attn th {{ border: 1px solid #ddd; padding: 2px 6px; text-align: left; }}
 """
 
 _JS = """
@@ -174,7 +220,7 @@ _JS = """
   }
   root.addEventListener("mouseover", function (ev) {
     var n = ev.target.closest ? ev.target.closest("g.gnode") : null;
-    var g = ev.target.closest ? ev.target.closest("g.edge") : null;
+    var g = ev.target.closest ? (ev.target.closest("g.edge") || ev.target.closest("g.attn-edge")) : null;
     if (n) { fill(data.nodes[n.getAttribute("data-i")]); }
     else if (g) { tip.textContent = g.getAttribute("data-label"); }
     else { return; }
@@ -182,9 +228,33 @@ _JS = """
   });
   root.addEventListener("mousemove", function (ev) { if (tip.style.display === "block") { place(ev); } });
   root.addEventListener("mouseout", function (ev) {
-    var g = ev.target.closest ? (ev.target.closest("g.edge") || ev.target.closest("g.gnode")) : null;
+    var g = ev.target.closest ? (ev.target.closest("g.edge") || ev.target.closest("g.gnode") || ev.target.closest("g.attn-edge")) : null;
     if (g && !(ev.relatedTarget && g.contains(ev.relatedTarget))) { tip.style.display = "none"; }
   });
+  var attn = data.attention, sel = document.getElementById(uid + "-attn");
+  var arcs = root.querySelectorAll("g.attn-edge");
+  function pick(a) {
+    if (!sel || !attn[a]) { return; }
+    sel.value = String(a);
+    var body = document.getElementById(uid + "-pairs");
+    body.textContent = "";
+    attn[a].pairs.forEach(function (p) {
+      var tr = document.createElement("tr");
+      [p.query, p.key, (p.weight >= 0 ? "+" : "") + p.weight.toPrecision(4)].forEach(function (c) {
+        var td = document.createElement("td"); td.textContent = c; tr.appendChild(td);
+      });
+      body.appendChild(tr);
+    });
+    document.getElementById(uid + "-rest").textContent = "other pairs: " + attn[a].rest.toPrecision(4) +
+      "; score " + attn[a].score.toPrecision(4) + " (the terms sum to it)";
+    for (var i = 0; i < arcs.length; i++) { arcs[i].classList.toggle("on", arcs[i].getAttribute("data-a") === String(a)); }
+  }
+  if (sel) { sel.addEventListener("change", function () { pick(Number(sel.value)); }); }
+  root.addEventListener("click", function (ev) {
+    var arc = ev.target.closest ? ev.target.closest("g.attn-edge") : null;
+    if (arc) { pick(Number(arc.getAttribute("data-a"))); }
+  });
+  pick(0);
   show(data.initial);
   var canvas = root.querySelector(".canvas");
   canvas.scrollLeft = canvas.scrollWidth;  // the answer is computed at the last position: start there
@@ -231,14 +301,16 @@ class GraphView:
         svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" role="img" '
                f'aria-label="{html.escape(self.heading())}">' + "".join(rows)
                + '<g class="edges">' + "".join(_edge_svg(g, r, t, s, w, places, amax) for r, (t, s, w) in reversed(list(enumerate(edges))))
-               + "</g>" + "".join(_node_svg(g, i, *places[i]) for i in nodes) + "</svg>")
-        data = {"carried": carried, "initial": initial,
+               + "</g>" + _attention_svg(g, places) + "".join(_node_svg(g, i, *places[i]) for i in nodes) + "</svg>")
+        data = {"carried": carried, "initial": initial, "attention": g.meta.get("attention", []),
                 "nodes": {str(i): _hover(g, i, self.examples) for i in nodes}}
         scores = g.scores()
         legend = (f'<div class="legend">blue: positive direct effect, red: negative; width: |weight|. Circles: '
                   f"features, grey squares: error nodes. {len(nodes)} nodes and the top {carried} of "
                   f"{int((g.adjacency != 0).sum())} edges carried. Replacement score {scores['replacement']:.3f}, "
-                  f"completeness {scores['completeness']:.3f} (this graph). Hover a node or an edge.</div>")
+                  f"completeness {scores['completeness']:.3f} (this graph). Hover a node or an edge"
+                  + ("; dashed arcs: attention edges, click one for the features that drive its score" if
+                     g.meta.get("attention") else "") + ".</div>")
         controls = (f'<div class="controls"><label for="{uid}-range">top edges by |weight|: </label>'
                     f'<input type="range" id="{uid}-range" min="1" max="{carried}" step="1" value="{initial}"> '
                     f'<input type="number" id="{uid}-num" min="1" max="{carried}" step="1" value="{initial}" aria-label="edges shown"> '
@@ -246,7 +318,7 @@ class GraphView:
         prompt = html.escape(" | ".join(g.tokens))
         return (f'<div class="interp-attribution" id="{uid}"><style>{_CSS.format(u=uid)}</style>'
                 f'<div class="title"><b>{html.escape(self.heading())}</b></div><div class="example">prompt: {prompt}</div>'
-                f'{controls}{legend}<div class="canvas">{svg}</div><div class="tip" id="{uid}-tip"></div>'
+                f'{controls}{legend}<div class="canvas">{svg}</div>{_attention_panel(g, uid)}<div class="tip" id="{uid}-tip"></div>'
                 f'<script type="application/json" id="{uid}-data">{_js_json(data)}</script>'
                 f"<script>{_JS % {'uid': json.dumps(uid)}}</script></div>")
 
