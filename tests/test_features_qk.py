@@ -49,7 +49,7 @@ def _unit(d: int, i: int, j: int) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     """(model, tokenizer, u, w): the model of the module docstring."""
-    from interp.model import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
+    from interp.model.building import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
     from interp.tasks.base import word_tokenizer
 
     tok = word_tokenizer(DEFAULT_WORDS)
@@ -88,9 +88,11 @@ def planted(tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(planted):
     """A CLT trained on the planted model: random rows of words, "mary" and "john" in many."""
+    from interp.model.building import DEFAULT_WORDS
+
     model, tok, _, _ = planted
     g = torch.Generator().manual_seed(0)
-    words = torch.tensor([tok.convert_tokens_to_ids(x) for x in interp.model.DEFAULT_WORDS])
+    words = torch.tensor([tok.convert_tokens_to_ids(x) for x in DEFAULT_WORDS])
     rows = words[torch.randint(len(words), (400, 8), generator=g)]
     rows[torch.rand(rows.shape, generator=g) < 0.15] = tok.convert_tokens_to_ids(QUERY_WORD)
     rows[torch.rand(rows.shape, generator=g) < 0.15] = tok.convert_tokens_to_ids(KEY_WORD)
