@@ -35,7 +35,7 @@ PROMPT = "the keys to the"
 def export(folder: Path) -> None:
     import interp
     from interp.features import Dictionary, attribute
-    from interp.model import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
+    from interp.model.building import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
     from interp.tasks.base import word_tokenizer
 
     tok = word_tokenizer(DEFAULT_WORDS)

@@ -33,7 +33,7 @@ from interp.circuits.graph import receiver_nodes, sender_nodes
 from interp.circuits.pipeline import summary, task_for, with_example
 from interp.circuits.wiring import split_inputs
 from interp.errors import InterpError
-from interp.model import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
+from interp.model.building import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
 from interp.tasks.base import Task, word_tokenizer
 
 META = {"n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "method": "eap"}

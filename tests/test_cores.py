@@ -170,9 +170,9 @@ def planted(tmp_path_factory):
         for j, (a, b) in enumerate(PAIRS):
             w[b] = w[a] - 4.0 * basis[:, j]
     planted_dir = root / "planted"
-    from interp.model import save_model_dir
+    from interp.model.building import save_model_dir
     from interp.tasks.base import word_tokenizer
-    from interp.model import DEFAULT_WORDS
+    from interp.model.building import DEFAULT_WORDS
 
     save_model_dir(hf, word_tokenizer(DEFAULT_WORDS), planted_dir)
     model = interp.load(planted_dir)
@@ -271,7 +271,7 @@ def test_rotated_copy_alignment_recovers_the_rotation(tmp_path):
                 lin.weight.copy_(q.T @ lin.weight)
         if hf.lm_head.weight.data_ptr() != hf.model.embed_tokens.weight.data_ptr():  # tied: already rotated
             hf.lm_head.weight.copy_(hf.lm_head.weight @ q)
-    from interp.model import DEFAULT_WORDS, save_model_dir
+    from interp.model.building import DEFAULT_WORDS, save_model_dir
     from interp.tasks.base import word_tokenizer
 
     save_model_dir(hf, word_tokenizer(DEFAULT_WORDS), tmp_path / "b")
@@ -391,7 +391,7 @@ def test_operators_on_a_model_and_transfer_through_self_alignment(planted):
 
 
 def _prompts(n: int) -> list[str]:
-    words = list(interp.model.DEFAULT_WORDS)
+    words = list(interp.model.building.DEFAULT_WORDS)
     g = torch.Generator().manual_seed(1)
     return [" ".join(words[int(i)] for i in torch.randint(len(words), (6,), generator=g)) for _ in range(n)]
 

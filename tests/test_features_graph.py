@@ -65,7 +65,7 @@ def random_transcoders(model, n: int = 64, seed: int = 0) -> list[Dictionary]:
 def planted(tmp_path_factory):
     """(model, exact transcoders, answer id): neuron NEURON of layer 1 fires (0.5) at the last
     position only and writes the answer's demeaned unembedding direction."""
-    from interp.model import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
+    from interp.model.building import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
     from interp.tasks.base import word_tokenizer
 
     tok = word_tokenizer(DEFAULT_WORDS)

@@ -51,3 +51,23 @@ def test_an_unknown_name_is_still_an_error():
         importlib.import_module("interp.no_such_module")
     with pytest.raises(AttributeError, match="no_such_name"):
         interp.no_such_name
+
+
+def test_a_name_that_left_a_surface_imports_once_with_its_module():
+    """`interp.model` lists what most users need; its building and resuming helpers are imported from
+    their modules, and their old names here still resolve, with one warning that names the module."""
+    import warnings
+
+    import pytest
+
+    from interp.model import building, resuming
+
+    for name, module in [("DEFAULT_WORDS", building), ("hf_config", building), ("resume", resuming),
+                         ("can_resume", resuming), ("skipped_blocks", resuming)]:
+        assert name not in interp.model.__all__
+        with pytest.warns(DeprecationWarning, match=f"import it from {module.__name__}"):
+            value = getattr(interp.model, name)
+        assert value is getattr(module, name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            getattr(interp.model, name)  # said once

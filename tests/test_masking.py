@@ -12,9 +12,9 @@ from interp import masking, results, run
 from interp.errors import InterpError
 from interp.masking import HeadMask
 from interp.masking import mask as mask_ops, subnets
-from interp.model import hf_config, hf_model_class, save_model_dir
+from interp.model.building import hf_config, hf_model_class, save_model_dir
 from interp.tasks.base import BOS_ID, Task, word_tokenizer
-from interp.model import DEFAULT_WORDS
+from interp.model.building import DEFAULT_WORDS
 
 
 def random_task(model, n: int = 48, length: int = 6, seed: int = 0) -> Task:

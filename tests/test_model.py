@@ -137,7 +137,7 @@ def test_saved_directory_is_safetensors_with_plain_tokenizer(tiny_dirs):
 @pytest.mark.parametrize("family", interp.model.DECODER_FAMILIES)
 def test_resume_equals_the_full_forward(family, tiny_models):
     """Starting at any block and position, from what the base run recorded, gives its logits."""
-    from interp.model import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
+    from interp.model.resuming import cached_keys_values, can_resume, kv_cache_kwargs, new_kv_cache, resume
 
     model = tiny_models[family]
     assert can_resume(model)
@@ -157,7 +157,7 @@ def test_resume_equals_the_full_forward(family, tiny_models):
 
 
 def test_resume_refuses_what_it_cannot_do_and_restores_blocks(gpt2, tiny_models):
-    from interp.model import can_resume, resume, skipped_blocks
+    from interp.model.resuming import can_resume, resume, skipped_blocks
 
     assert not can_resume(tiny_models["bert"])  # attends both ways: no position can be skipped
     tokens = torch.randint(5, 25, (1, 6))

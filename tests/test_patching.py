@@ -206,11 +206,13 @@ def test_plan_forwards_covers_every_cell_once_from_an_early_enough_start(resumab
 
 def test_bert_patching_runs_whole_forwards_and_equals_transformer_lens(tiny_models):
     """BERT attends both ways: no forward may skip positions, and the numbers are TL's."""
+    from interp.model.resuming import can_resume
+
     bert = tiny_models["bert"]
-    assert not interp.model.can_resume(bert)
+    assert not can_resume(bert)
     clean, corrupt = _pair(2)
     cells = patching.cells(bert, "z", True, clean.shape[1])[0]
-    plans = run.plan_forwards([(c[0], c[1] or 0) for c in cells], 3, clean.shape[1], bert.cfg.n_layers, 5, interp.model.can_resume(bert))
+    plans = run.plan_forwards([(c[0], c[1] or 0) for c in cells], 3, clean.shape[1], bert.cfg.n_layers, 5, can_resume(bert))
     assert all((layer, start) == (0, 0) for layer, start, _ in plans)
     _, clean_cache = bert.run_with_cache(clean)
     ours = patching.activation_patch(bert, clean, corrupt, metric=metric, site="z", by_pos=True, progress=False)

@@ -238,7 +238,7 @@ def gemma_ioi_z(gemma, gemma_ioi):
 def test_gemma3_resume_and_head_patching(gemma, gemma_ioi, gemma_ioi_z):
     """Gemma-3-270M (4 query heads over 1 KV head): resume equals the full forward, and head
     patching equals hand-written hooks."""
-    from interp.model import cached_keys_values, kv_cache_kwargs, new_kv_cache, resume
+    from interp.model.resuming import cached_keys_values, kv_cache_kwargs, new_kv_cache, resume
 
     model, task = gemma, gemma_ioi
     tokens = task.clean

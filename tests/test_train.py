@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import interp
-from interp.model import hf_config, hf_model_class
+from interp.model.building import hf_config, hf_model_class
 from interp.tasks import english
 from interp.zoo.train import RECIPES, grokking_steps, train
 

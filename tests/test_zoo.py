@@ -75,7 +75,7 @@ def test_shipped_names_carry_their_recipes_codes(name):
     unembedding) is one shared vector plus the code the recipe draws; other families' codes differ."""
     from safetensors.torch import load_file
 
-    from interp.model import hf_config, hf_model_class
+    from interp.model.building import hf_config, hf_model_class
     from interp.tasks import english
     from interp.zoo.train import _name_codes
 

@@ -13,21 +13,14 @@ forward that begins at a later block or position, for `interp.run`), and the loa
 `gguf` (GGUF files and the real models by name, as HF folders that boot) and `load_cache` (processed
 weights cached on disk, the tokenizer parsed once). `__all__` lists what most
 users need; the building and resuming helpers are imported from their modules
-(`from interp.model.resuming import resume`); the old names stay importable from here.
+(`from interp.model.resuming import resume`); their old names here still import, with one
+DeprecationWarning naming the module.
 """
 
 from __future__ import annotations
 
-from interp.model.building import (  # noqa: F401  (importable here for existing callers)
-    DECODER_FAMILIES,
-    DEFAULT_WORDS,
-    FAMILIES,
-    build_tiny,
-    family_of,
-    hf_config,
-    hf_model_class,
-    save_model_dir,
-)
+from interp.errors import outside_surface
+from interp.model.building import DECODER_FAMILIES, FAMILIES, build_tiny
 from interp.model.loading import (
     ZOO_DIR,
     ModelNotFoundError,
@@ -41,16 +34,13 @@ from interp.model.loading import (
     zoo_dirs,
     zoo_path,
 )
-from interp.model.resuming import (  # noqa: F401  (importable here for existing callers)
-    RESUMABLE_FAMILIES,
-    cached_keys_values,
-    can_resume,
-    kv_cache_kwargs,
-    new_kv_cache,
-    prefilled_kv_cache,
-    resume,
-    skipped_blocks,
-)
 
 __all__ = ["DECODER_FAMILIES", "FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "describe", "load", "name_of", "placement",
            "quiet_loading", "resolve", "user_zoo_dir", "zoo_dirs", "zoo_path"]
+
+# names that left the surface: they still import from here, with one DeprecationWarning naming their module
+__getattr__ = outside_surface(__name__, {
+    **dict.fromkeys(["DEFAULT_WORDS", "family_of", "hf_config", "hf_model_class", "save_model_dir"], "interp.model.building"),
+    **dict.fromkeys(["RESUMABLE_FAMILIES", "cached_keys_values", "can_resume", "kv_cache_kwargs", "new_kv_cache",
+                     "prefilled_kv_cache", "resume", "skipped_blocks"], "interp.model.resuming"),
+})

@@ -37,7 +37,7 @@ Prompts of different lengths are left-padded, with an attention mask and explici
 a row's positions (and so its outputs) are the same as when it runs alone. TransformerLens 4.3's
 bridge looks for the cache under `past_key_values` / `layer_past`, but transformers 5 hands it to
 the attention layers as `cache`; `TransformerBridge.generate` therefore decodes with an empty cache
-here (its cached output differs from its uncached output). `interp.model.kv_cache_kwargs` passes
+here (its cached output differs from its uncached output). `interp.model.resuming.kv_cache_kwargs` passes
 the cache under both names, and `generate` checks after the prompt step that the cache really
 holds the prompt.
 """
