@@ -15,7 +15,8 @@ FACTORIES = {"zeros", "ones", "empty", "full", "arange", "randn", "rand", "randi
              "randperm", "as_tensor", "normal", "logspace"}
 COMPUTE = [
     "interp/run", "interp/circuits", "interp/masking/learn.py", "interp/features/train.py", "interp/features/attribute.py",
-    "interp/features/sites.py", "interp/features/dictionary.py", "interp/model/native.py",
+    "interp/features/sites.py", "interp/features/dictionary.py", "interp/features/clt.py", "interp/features/qk.py",
+    "interp/model/native.py",
     "interp/steering/generate.py", "interp/interventions.py", "interp/patching.py",
 ]
 

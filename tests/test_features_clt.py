@@ -11,6 +11,8 @@ sources-removed constant; an edge is the runner ablation of its source.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -240,3 +242,23 @@ def test_bad_transcoders_are_refused(llama):
         attribute(llama, PROMPT, random_clt(3, llama.cfg.d_model), progress=False)
     with pytest.raises(InterpError, match="wide"):
         attribute(llama, PROMPT, random_clt(llama.cfg.n_layers, 8), progress=False)
+
+
+def test_per_layer_skip_transcoders_are_a_clt_without_cross_layer_writes(llama):
+    """Per-layer skip transcoders (Dictionary with W_skip) and the CLT with the same weights whose
+    writes to later layers are zero are one replacement model: the same graph, edge for edge; and
+    with errors the replacement logits are the model's."""
+    from interp.features import Dictionary
+
+    full = random_clt(llama.cfg.n_layers, llama.cfg.d_model, skip=True, seed=5)
+    diagonal = tuple(torch.cat([w[:, :1], torch.zeros_like(w[:, 1:])], 1) for w in full.W_dec)
+    clt = CrossLayerTranscoder(full.W_enc, full.b_enc, diagonal, full.b_dec, full.sites_in, full.sites_out, W_skip=full.W_skip)
+    dicts = [Dictionary(clt.W_enc[l], clt.b_enc[l], clt.W_dec[l][:, 0], clt.b_dec[l], clt.sites_in[l], clt.sites_out[l],
+                        W_skip=clt.W_skip[l]) for l in range(clt.n_layers)]
+    a = attribute(llama, PROMPT, clt, progress=False, batch_size=16)
+    b = attribute(llama, PROMPT, dicts, progress=False, batch_size=16)
+    assert a.ids == b.ids and torch.allclose(a.adjacency, b.adjacency, atol=1e-5)
+    tokens = llama.to_tokens(PROMPT)
+    assert torch.allclose(replacement_logits(llama, tokens, dicts), run.logits(llama, tokens), atol=1e-4, rtol=1e-4)
+    no_skip = [replace(d, W_skip=None) for d in dicts]  # the control: without the skip path the graph differs
+    assert not torch.allclose(attribute(llama, PROMPT, no_skip, progress=False, batch_size=16).adjacency, b.adjacency, atol=1e-3)

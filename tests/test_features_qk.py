@@ -28,11 +28,12 @@ from interp import results, run
 from interp.errors import InterpError
 from interp.features.attribute import attribute
 from interp.features.clt import activations, fit_clt
-from interp.features.graph_view import view
+from interp.features.graph_view import graph_html, view
 from interp.features.qk import FEATURE, QKAttribution, attention_edges, qk_attribution, with_attention
 from interp.features.train import Recipe
 from test_features_clt import random_clt
 from test_features_graph import random_transcoders
+from test_circuit_view import Page, browser  # noqa: F401  (the shared Chromium fixture and page wrapper)
 
 QUERY_WORD, KEY_WORD, ANSWER = "mary", "john", "cabinet"
 PROMPT = "the john sees a dog , mary"
@@ -203,3 +204,28 @@ def test_the_view_lists_attention_edges_and_escapes(llama):
     data = json.loads(re.search(r'<script type="application/json" id="[^"]+-data">(.*?)</script>', text).group(1))
     assert len(data["attention"]) == 3 and len(data["attention"][0]["pairs"]) == 4
     assert text.count('class="attn-edge"') == 3
+
+
+@pytest.mark.browser
+def test_selecting_an_attention_edge_shows_its_pairs(browser, planted, trained, tmp_path):
+    """In Chromium: the first edge's pairs show on load; clicking another arc (or choosing it in
+    the list) shows that edge's pairs, as text (a label holding markup stays text)."""
+    model, _, _, _ = planted
+    g = with_attention(attribute(model, PROMPT, trained, targets=[ANSWER], progress=False), model, trained, n=3, top=4)
+    rows = g.meta["attention"]
+    rows[1]["pairs"][0]["key"] = EVIL
+    path = tmp_path / "qk.html"
+    path.write_text(graph_html(replace(g, meta={**g.meta, "attention": rows})))
+    page = Page(browser, path)
+    pg = page.page
+    cells = lambda: pg.locator("tbody[id$=-pairs] td").all_inner_texts()  # noqa: E731
+    first = cells()
+    assert len(first) == 12 and first[0] == rows[0]["pairs"][0]["query"] and first[1] == rows[0]["pairs"][0]["key"]
+    pg.locator('g.attn-edge[data-a="1"] path.hit').dispatch_event("click")
+    assert cells()[1] == EVIL and pg.locator("tbody[id$=-pairs] script").count() == 0
+    assert pg.locator("select[id$=-attn]").input_value() == "1"
+    assert pg.locator('g.attn-edge.on').get_attribute("data-a") == "1"
+    pg.locator("select[id$=-attn]").select_option("2")
+    assert cells()[0] == rows[2]["pairs"][0]["query"]
+    assert "score" in pg.locator("[id$=-rest]").inner_text()
+    page.clean()
