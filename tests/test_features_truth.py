@@ -164,3 +164,38 @@ def test_the_default_architecture_is_the_suites_choice():
     best = data["choice"]["best"]
     assert Recipe().architecture == best
     assert data["results"]["independent"][best]["mmc"]["lo"] >= 0.92
+
+
+def test_architectures_train_side_by_side_on_a_model_and_read_back_from_a_checkpoint(tmp_path):
+    """Recipes of every architecture train from the same forwards of a zoo model; the checkpoint
+    gives back the same dictionaries, thresholds and k (a checkpoint with no architecture in its
+    recipes was written by the BatchTopK-only trainer and reads back as BatchTopK)."""
+    import json as _json
+
+    import interp
+    from safetensors import safe_open
+
+    from interp.features.corpus import token_rows
+    from interp.features.train import from_checkpoint, train_dictionaries
+    from interp.storage import write_tensors_atomic
+
+    zoo = interp.load("zoo:lm-gpt2")
+    rows, valid = token_rows(zoo, "zoo", max_rows=200, seed=3)
+    recipes = [Recipe(n_features=32, k=4, tokens=600, rows=32, checkpoint_every=5, architecture=a) for a in ARCHITECTURES]
+    trained = train_dictionaries(zoo, ["blocks.1.hook_resid_post"], rows, valid, tmp_path, recipe=recipes, progress=False)
+    back = from_checkpoint(tmp_path)
+    assert [k[2].architecture for k in back] == list(ARCHITECTURES)
+    for d, e in zip(trained.values(), back.values()):
+        assert d.W_enc.equal(e.W_enc) and d.k == e.k and d.meta["trainer"] == e.meta["trainer"]
+        assert (d.threshold is None and e.threshold is None) or d.threshold.equal(e.threshold)
+    ckpt = tmp_path / "checkpoint.safetensors"
+    with safe_open(str(ckpt), "pt") as fh:
+        meta, tensors = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+    ident = _json.loads(meta["identity"])
+    i = ARCHITECTURES.index("batchtopk")  # keep its trainee alone, its recipe as the old trainer wrote it
+    ident["recipe"] = [{k: v for k, v in ident["recipe"][i].items() if k != "architecture"}]
+    old = {k.split(".", 1)[1]: v for k, v in tensors.items() if k.startswith(f"{i}.")}
+    write_tensors_atomic(ckpt, {f"0.{k}": v for k, v in old.items()}, {**meta, "identity": _json.dumps(ident),
+                                                                         "history": _json.dumps([_json.loads(meta["history"])[i]])})
+    (only,) = from_checkpoint(tmp_path).values()
+    assert only.meta["recipe"]["architecture"] == "batchtopk" and only.threshold.equal(list(trained.values())[i].threshold)
