@@ -262,3 +262,18 @@ def test_per_layer_skip_transcoders_are_a_clt_without_cross_layer_writes(llama):
     assert torch.allclose(replacement_logits(llama, tokens, dicts), run.logits(llama, tokens), atol=1e-4, rtol=1e-4)
     no_skip = [replace(d, W_skip=None) for d in dicts]  # the control: without the skip path the graph differs
     assert not torch.allclose(attribute(llama, PROMPT, no_skip, progress=False, batch_size=16).adjacency, b.adjacency, atol=1e-3)
+
+
+def test_fit_clt_resumes_from_its_checkpoint(tmp_path):
+    """A run stopped halfway and resumed ends where an uninterrupted run ends (weights, history);
+    other activations in the same folder are refused."""
+    g = torch.Generator().manual_seed(4)
+    x, y = torch.randn(500, 2, 8, generator=g), torch.randn(500, 2, 8, generator=g)
+    whole = fit_clt(x, y, recipe=Recipe(n_features=16, k=2, tokens=4096, checkpoint_every=4), batch=128)
+    half = fit_clt(x, y, recipe=Recipe(n_features=16, k=2, tokens=2048, checkpoint_every=4), batch=128, out=tmp_path)
+    assert half.meta["tokens"] == 2048
+    resumed = fit_clt(x, y, recipe=Recipe(n_features=16, k=2, tokens=4096, checkpoint_every=4), batch=128, out=tmp_path)
+    assert resumed.meta["history"] == whole.meta["history"]
+    assert all(torch.equal(a, b) for a, b in zip(resumed.W_dec, whole.W_dec)) and torch.equal(resumed.W_enc, whole.W_enc)
+    with pytest.raises(InterpError, match="another run"):
+        fit_clt(x * 2, y, recipe=Recipe(n_features=16, k=2, tokens=4096, checkpoint_every=4), batch=128, out=tmp_path)

@@ -24,6 +24,7 @@ from typing import Any, Sequence
 
 import torch
 from jaxtyping import Float
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -31,7 +32,8 @@ from interp.errors import InterpError
 from interp.features.train import Recipe, mlp_sites
 from interp.run import cache
 from interp.sites import check_tokens, hook_name, layer_of
-from interp.storage import atomic_dir, result
+from interp.files.validate import tensors_digest
+from interp.storage import atomic_dir, result, write_tensors_atomic
 
 __all__ = ["CrossLayerTranscoder", "activations", "fit_clt", "load_circuit_tracer", "load_gemmascope2", "save_circuit_tracer"]
 
@@ -255,8 +257,7 @@ class _CLTTrainee:
         self.b_enc = torch.zeros(L, n, device=device, requires_grad=True)
         self.b_dec = (y.mean(0) * self.s_out[:, None]).float().clone().requires_grad_(True)
         self.W_skip = torch.zeros(L, d_in, d_out, device=device, requires_grad=True) if skip else None
-        params = [self.W_enc, self.b_enc, self.b_dec, *self.W_dec] + ([self.W_skip] if skip else [])
-        self.opt = torch.optim.Adam(params, lr=recipe.lr)
+        self.opt = torch.optim.Adam(self.params, lr=recipe.lr)
         self.since = torch.zeros(L, n, dtype=torch.long, device=device)  # tokens since each feature last fired
         self.threshold = torch.zeros((), device=device)
 
@@ -304,6 +305,30 @@ class _CLTTrainee:
         return {"nmse": float(loss.detach()), "aux": float(aux.detach()), "l0": float((f > 0).sum((1, 2)).float().mean()) / L,
                 "dead": float(dead.float().mean())}
 
+    @property
+    def params(self) -> list[Tensor]:
+        return [self.W_enc, self.b_enc, self.b_dec, *self.W_dec] + ([self.W_skip] if self.W_skip is not None else [])
+
+    def state(self) -> dict[str, Tensor]:
+        """Weights, Adam moments and counters, for a checkpoint."""
+        out = {f"p{i}": p.detach() for i, p in enumerate(self.params)}
+        for i, p in enumerate(self.params):
+            for key, v in self.opt.state.get(p, {}).items():
+                out[f"adam{i}.{key}"] = torch.as_tensor(v).detach().clone()  # cpu: keeps the state's device
+        return {**out, "since": self.since, "threshold": self.threshold, "s_in": self.s_in, "s_out": self.s_out}
+
+    def restore(self, t: dict[str, Tensor]) -> None:
+        with torch.no_grad():
+            for i, p in enumerate(self.params):
+                p.copy_(t[f"p{i}"])
+        for i, p in enumerate(self.params):  # Adam keeps `step` on the CPU, its moments beside their parameter
+            if f"adam{i}.exp_avg" in t:
+                self.opt.state[p] = {k: t[f"adam{i}.{k}"].clone().to(p.device if k != "step" else "cpu")
+                                     for k in ("exp_avg", "exp_avg_sq", "step")}
+        device = self.b_enc.device
+        self.since, self.threshold = t["since"].to(device), t["threshold"].to(device)
+        self.s_in, self.s_out = t["s_in"].to(device), t["s_out"].to(device)
+
     def transcoder(self, sites_in: Sequence[str], sites_out: Sequence[str], model_name: str, meta: dict) -> CrossLayerTranscoder:
         """The trained CLT on raw activations: the scales folded into the weights, on the CPU (a result)."""
         out = lambda t: t.detach().to("cpu", copy=True).contiguous()  # noqa: E731
@@ -328,13 +353,29 @@ def _check_acts(x: Tensor, y: Tensor) -> None:
             raise InterpError(f"fit_clt's {name} is the same in all {len(t)} tokens (no variance to explain)")
 
 
+def _resume(ckpt: Path, identity: str, t: _CLTTrainee, gen: torch.Generator) -> tuple[int, int, list]:
+    """Restore `t` and `gen` from `ckpt` when it is this run's: (step, tokens seen, history)."""
+    with safe_open(str(ckpt), "pt") as fh:
+        meta = fh.metadata()
+        if meta.get("identity") != identity:
+            raise InterpError(f"{ckpt} was written by another run (recipe, activations or options differ); use another "
+                              "folder or delete it")
+        saved = {k: fh.get_tensor(k) for k in fh.keys()}
+    t.restore(saved)
+    gen.set_state(saved["generator"])
+    return int(meta["step"]), int(meta["tokens"]), json.loads(meta["history"])
+
+
 def fit_clt(x: Float[Tensor, "tokens layer d_in"], y: Float[Tensor, "tokens layer d_out"], *, recipe: Recipe = Recipe(),
             batch: int = 1024, skip: bool = False, sites_in: Sequence[str] | None = None,
-            sites_out: Sequence[str] | None = None, model_name: str = "") -> CrossLayerTranscoder:
+            sites_out: Sequence[str] | None = None, model_name: str = "", out: str | Path | None = None) -> CrossLayerTranscoder:
     """A cross-layer transcoder trained on every layer's MLP inputs `x` and outputs `y` (one row per
     token; `activations` collects them from a model): `recipe.tokens` tokens in shuffled batches of
     `batch`, `recipe.k` features a layer per token on average (BatchTopK across layers; module
-    docstring). `skip`: also learn a linear skip path W_skip per layer."""
+    docstring). `skip`: also learn a linear skip path W_skip per layer. `out`: a folder for
+    out/checkpoint.safetensors, written atomically every `recipe.checkpoint_every` steps; a run
+    with the same recipe, options and activations (a digest of them) resumes from it, and a
+    larger `recipe.tokens` extends a finished one."""
     _check_acts(x, y)
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise InterpError(f"batch={batch!r} must be an int >= 1")
@@ -345,12 +386,21 @@ def fit_clt(x: Float[Tensor, "tokens layer d_in"], y: Float[Tensor, "tokens laye
     gen = torch.Generator().manual_seed(recipe.seed)
     t = _CLTTrainee(x.float(), y.float(), recipe, gen, skip)
     seen, step, history = 0, 0, []
+    ckpt = None if out is None else Path(out) / "checkpoint.safetensors"
+    identity = json.dumps({"recipe": {**asdict(recipe), "tokens": None}, "batch": batch, "skip": skip,
+                           "data": tensors_digest({"x": x, "y": y})}, sort_keys=True)
+    if ckpt is not None and ckpt.exists():
+        step, seen, history = _resume(ckpt, identity, t, gen)
     while seen < recipe.tokens:
         idx = torch.randint(len(x), (batch,), generator=gen).to(x.device)
         stats = t.step(x[idx].float(), y[idx].float(), recipe, first=step == 0)
         seen, step = seen + batch, step + 1
         if step % recipe.checkpoint_every == 0 or seen >= recipe.tokens:
             history.append({"step": step, "tokens": seen, **{k: round(v, 6) for k, v in stats.items()}})
+            if ckpt is not None:
+                tensors = {k: v.contiguous() for k, v in {**t.state(), "generator": gen.get_state()}.items()}
+                write_tensors_atomic(ckpt, tensors, {"identity": identity, "step": str(step), "tokens": str(seen),
+                                                     "history": json.dumps(history)})
     s_in, s_out = _sites(x.shape[1], sites_in, sites_out)
     meta = {"trainer": "interp BatchTopK CLT", "recipe": asdict(recipe), "tokens": seen, "steps": step, "history": history}
     return t.transcoder(s_in, s_out, model_name, meta)
