@@ -214,7 +214,8 @@ def qk_attribution(model, prompt: str | Tensor, transcoders: Transcoders, edges:
         "hook_resid_pre", "hook_attn_out", "ln1.hook_scale", "attn.hook_attn_scores", "attn.hook_pattern"))]
     _, clean = run.cache(model, tokens, [n for n in dict.fromkeys(names) if n in model.hook_dict])
     strings = tuple(str(s) for s in model.to_str_tokens(tokens[0]))
-    scale = model.cfg.d_head ** -0.5 if not getattr(model.cfg, "attn_scale", -1) > 0 else 1.0 / model.cfg.attn_scale
+    given = getattr(model.cfg, "attn_scale", None)  # TL's divisor of q.k; the bridge may leave it unset (-1)
+    scale = 1.0 / given if isinstance(given, (int, float)) and given > 0 else model.cfg.d_head ** -0.5
     tol = 1e-3 if clean[EMBED].dtype == torch.float32 else 3e-2
     out = []
     for layer in sorted({e[0] for e in edges}):
