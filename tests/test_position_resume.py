@@ -12,7 +12,7 @@ from transformer_lens import patching as tlp
 import interp
 from interp import patching, run
 from interp.hooks import hooks
-from interp.interventions import Patch
+from interp.interventions import Mask, Patch, Project, WeightMask
 from interp.metrics import for_task
 from interp.model import native
 from interp.run import hf_hooks, packed
@@ -126,14 +126,45 @@ def test_the_runner_chooses_only_what_an_engine_runs(zoo, task):
     z = torch.zeros(*tokens.shape, model.cfg.n_heads, model.cfg.d_head)
     at = lambda l, **kw: [Patch(f"blocks.{l}.hook_resid_pre", resid, **kw)]  # noqa: E731
     on = lambda variants: run.engine_of(model, tokens, variants)  # noqa: E731
-    assert on([at(0, pos=1), at(1, pos=0)]) == ("runner" if name == "lm-gpt2" else "native packed")
-    assert on([at(0, pos=1), at(1)]) == "runner"  # one variant patches every position
-    assert on([at(0, pos=1) + at(1, pos=2)]) == "runner"  # two patches in one variant
+    packs = "runner" if name == "lm-gpt2" else "native packed"
+    heads = "native" if name in ("lm-llama", "lm-qwen2") else "runner"
+    assert on([at(0, pos=1), at(1, pos=0)]) == packs
+    assert on([at(0, pos=1), at(1), at(2, pos=3) + at(2, pos=1)]) == packs  # whole, or two at one site
+    assert on([at(0, pos=1) + at(1, pos=2)]) == "runner"  # two blocks in one variant
+    assert on([at(0, pos=1), []]) == "runner"  # the base run
     assert on([[Patch("blocks.0.hook_resid_mid", resid, pos=1)]]) == "runner"
-    assert on([[Patch("blocks.1.attn.hook_z", z, head=1)]]) == ("native" if name in ("lm-llama", "lm-qwen2") else "runner")
-    assert on([[Patch("blocks.1.attn.hook_z", z, head=1, pos=2)]]) == "runner"
+    edit = WeightMask({next(n for n, _ in model.named_parameters()): torch.ones(())})
+    assert on([at(0, pos=1) + [edit]]) == "runner"  # a weight edit
+    mask = Mask("blocks.1.attn.hook_z", torch.ones(model.cfg.n_heads))
+    assert on([[Patch("blocks.1.attn.hook_z", z, head=1)], [mask]]) == heads
+    assert on([[Patch("blocks.1.attn.hook_z", z, head=1, pos=2)]]) == heads
+    assert on([[Patch("blocks.1.attn.hook_z", z, head=1)] + at(1, pos=0)]) == "runner"
     with hooks(model, [("blocks.1.hook_resid_pre", lambda act, *, hook: act)]):  # a caller's hook must fire
         assert on([at(0, pos=1)]) == "runner"
+
+
+def test_any_intervention_on_the_engines_equals_the_runner(zoo, task, monkeypatch):
+    """Masks, projections and patches (not only one-cell patches) take the native engines and give
+    the runner's numbers."""
+    name, model = zoo
+    g = torch.Generator().manual_seed(0)
+    d, n_heads = model.cfg.d_model, model.cfg.n_heads
+    basis = torch.linalg.qr(torch.randn(d, 3, generator=g))[0]
+    ref = run.reference(model, ["blocks.1.attn.hook_z"], "mean", task.clean)["blocks.1.attn.hook_z"]
+    variants = [
+        [Mask("blocks.1.attn.hook_z", torch.tensor([0.0] + [1.0] * (n_heads - 1)), ref)],
+        [Mask("blocks.2.attn.hook_z", torch.rand(n_heads, generator=g))],
+        [Project("blocks.1.hook_resid_pre", basis, torch.zeros(d))],
+        [Patch("blocks.2.hook_resid_pre", torch.randn(*task.clean.shape, d, generator=g), pos=3),
+         Project("blocks.2.hook_resid_pre", basis, torch.zeros(d), mode="core_only")],
+    ]
+    metric = for_task(task)
+    ours = [run.evaluate(model, task.corrupt, [v], metric, answer_pos=task.answer_pos, progress=False) for v in variants]
+    with monkeypatch.context() as m:
+        m.setattr(run.packed, "cells", lambda *a: None)
+        m.setattr(run.heads, "cells", lambda *a: None)
+        old = [run.evaluate(model, task.corrupt, [v], metric, answer_pos=task.answer_pos, progress=False) for v in variants]
+    assert (torch.cat(ours) - torch.cat(old)).abs().max() <= 1e-5
 
 
 def test_bert_is_not_resumed(tiny_models):

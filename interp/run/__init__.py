@@ -29,10 +29,10 @@ Variants with weight edits run with those weights, each group of equal edits on 
 
 The runner owns every engine, and chooses: callers say what to compute (interventions, variants, a
 metric), never how. `evaluate` runs on the first engine that takes every variant, each checked once per
-model and dtype to compute the bridge's function (`hf_hooks`): `packed` (each variant patches the
-residual entering one block at one position: resumed there on the native blocks, a block's variants
-packed into one forward), `heads` (each patches one head's output at every position: resumed at
-that block's o_proj, natively), else the bridge as above. Generation's steps run natively
+model and dtype to compute the bridge's function (`hf_hooks`): `packed` (each variant intervenes on
+the residual entering one block only: resumed at that block and its first position on the native
+blocks, a block's variants packed into one forward), `heads` (each intervenes on one block's head
+outputs only: resumed at that block's o_proj, natively), else the bridge as above. Generation's steps run natively
 (`decoder`) where their sites have a native place.
 
 The package, by role: `runner` (one forward under interventions: `intervened`, `logits`, `cache`,

@@ -33,8 +33,8 @@ ENGINES: tuple[str, ...] = (*_FAST, "runner")
 
 def engine_of(model, tokens: Tensor, variants: Sequence[Variant]) -> str:
     """Which engine `evaluate` runs `variants` on `tokens` [batch, pos] with, one of `ENGINES`:
-    "native packed" (each variant patches the residual entering one block at one position:
-    `interp.run.packed`), "native" (each patches one head's output at every position:
+    "native packed" (each variant's interventions all sit at the residual entering one block:
+    `interp.run.packed`), "native" (each variant's all sit at one block's head outputs, hook_z:
     `interp.run.heads`), else "runner" (batched forwards on the bridge, resumed where they can be)."""
     for name, engine in _FAST.items():
         if engine.cells(model, tokens, variants) is not None:

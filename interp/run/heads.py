@@ -1,15 +1,15 @@
-"""The heads engine: variants that each patch one head's output (hook_z) at every position, resumed
-at that block's o_proj on the native Hugging Face blocks.
+"""The heads engine: variants that each change the head outputs (hook_z) of one block, resumed at
+that block's o_proj on the native Hugging Face blocks.
 
-On a block of LLaMA's shape a head's output enters the model only through o_proj, so patching z of
-block L changes nothing before block L's o_proj: a variant runs block L's second half
+On a block of LLaMA's shape the heads' outputs enter the model only through o_proj, so changing z of
+block L (a head patched, masked or ablated) changes nothing before block L's o_proj: a variant runs block L's second half
 (`interp.model.native.after_attention`) and blocks L+1.. at every position, natively; the variants of
 one block side by side along the batch axis.
 
-`interp.run.evaluate` runs variants here when every one qualifies (`cells`): a single `Patch` of
-`blocks.L.attn.hook_z` at one head and every position, on a causal decoder whose blocks all have
-LLaMA's shape and compute the bridge's (`hf_hooks.heads_agree`), on one device, with no hook of the
-caller's on the model.
+`interp.run.evaluate` runs variants here when every one qualifies (`cells`): interventions only, all
+at one `blocks.L.attn.hook_z`, on a causal decoder whose blocks all have LLaMA's shape and compute
+the bridge's (`hf_hooks.heads_agree`), on one device, with no hook of the caller's on the model. Each
+variant's interventions act on the base run's z there, as the runner's hook would.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp.interventions import Intervention
 from interp.model import native
 from interp.run.hf_hooks import heads_agree, natively_possible
-from interp.run.runner import Variant, cache, lone_patches, measure
+from interp.run.runner import Variant, applied, at_one_site, cache, measure
 
 __all__ = ["Cell", "cells", "evaluate"]
 
@@ -31,25 +32,22 @@ __all__ = ["Cell", "cells", "evaluate"]
 _FLOATS = 2**26
 _SITE = re.compile(r"^blocks\.(\d+)\.attn\.hook_z$")
 
-Cell = tuple[int, int, Tensor]  # (block, head, source [batch, pos, head, d_head]) of one variant
+Cell = tuple[int, list[Intervention]]  # (block, interventions) of one variant
 
 
 def cells(model, tokens: Tensor, variants: Sequence[Variant]) -> list[Cell] | None:
-    """Each variant's (block, head, source) when every variant qualifies (module docstring), else None."""
-    n_heads = model.cfg.n_heads
-    found = lone_patches(variants, _SITE, (*tokens.shape, n_heads))
-    if found is None or any(p.pos is not None or not isinstance(p.head, int) or not 0 <= p.head < n_heads for _, p in found):
-        return None
+    """Each variant's (block, interventions) when every variant qualifies (module docstring), else None."""
+    found = at_one_site(variants, _SITE)
     names = [f"blocks.{l}.hook_resid_pre" for l in range(model.cfg.n_layers)]
-    if not natively_possible(model, names) or not heads_agree(model):
+    if found is None or not natively_possible(model, names) or not heads_agree(model):
         return None
-    return [(layer, p.head, p.source) for layer, p in found]
+    return found
 
 
 def evaluate(model, tokens: Tensor, todo: list[Cell], metric: Callable, answer_pos: Tensor | None, *,
              cap: int | None = None, progress: bool = True, desc: str = "variants") -> list[Tensor]:
-    """The metric of `tokens` under each cell's patch, in `todo`'s order (as `measure` gives it).
-    `cap`: most cells per forward."""
+    """The metric of `tokens` under each cell's interventions, in `todo`'s order (as `measure` gives
+    it). `cap`: most cells per forward."""
     cfg = model.cfg
     stack = native.stack_of(native.unwrapped(model), cfg.n_layers)
     z_names = [f"blocks.{l}.attn.hook_z" for l in range(cfg.n_layers)]
@@ -63,17 +61,14 @@ def evaluate(model, tokens: Tensor, todo: list[Cell], metric: Callable, answer_p
                                           dtype, device)[0] for kind in set(stack.layer_types)}
         per_token = 4 * (cfg.d_mlp or 4 * cfg.d_model) + (cfg.d_vocab if answer_pos is None else 0)
         fit = max(1, _FLOATS // (batch * n_pos * (cfg.n_heads * n_pos + per_token)))
-        size = min(cfg.n_heads, fit, cap or cfg.n_heads)
+        size = min(fit, cap or fit)
         plan = []
         for layer in range(cfg.n_layers):
             mine = [i for i, c in enumerate(todo) if c[0] == layer]
             plan += [(layer, mine[i : i + size]) for i in range(0, len(mine), size)]
         positions = torch.arange(n_pos, device=device)
         for layer, members in tqdm(plan, desc=desc, disable=not progress or len(plan) < 2):
-            z = acts[z_names[layer]].unsqueeze(0).repeat(len(members), 1, 1, 1, 1)  # [cells, batch, pos, head, d_head]
-            for j, i in enumerate(members):
-                _, h, source = todo[i]
-                z[j, :, :, h] = source[:, :, h]
+            z = torch.stack([applied(todo[i][1], acts[z_names[layer]], z_names[layer]) for i in members])  # [cells, batch, pos, head, d_head]
             hidden = native.after_attention(stack.blocks[layer], acts[pre[layer]].repeat(len(members), 1, 1),
                                             z.flatten(0, 1))
             out, _, _ = native.run_blocks(stack, layer + 1, hidden, positions, masks)

@@ -1,9 +1,9 @@
-"""The packed engine: variants that each patch the residual entering one block at one position,
-resumed per variant and packed per block on the native Hugging Face blocks.
+"""The packed engine: variants that each change the residual entering one block from some position
+on, resumed per variant and packed per block on the native Hugging Face blocks.
 
-Patching the residual entering block L at position p leaves every block before L and, attention
-being causal, every position before p as in the base run. So such a variant runs blocks L.. at
-positions p.. only, the keys and values of positions < p taken from one recorded base run. The
+Changing the residual entering block L from position p on (a patch at p, an ablation, a steer whose
+first position is p) leaves every block before L and, attention being causal, every position before
+p as in the base run. So such a variant runs blocks L.. at positions p.. only, the keys and values of positions < p taken from one recorded base run. The
 variants of one block start at different positions, so no two share a shape; they run as ONE
 forward anyway, on the native blocks (`interp.model.native.run_blocks`): each variant's positions are
 a segment packed along the sequence axis, and an attention mask keeps each segment to the recorded
@@ -11,9 +11,11 @@ keys before its start and its own keys (`interp.model.native.packed_mask`). A bl
 cost one forward whose every matrix product has the arithmetic of the limit, with none of the
 bridge's per-module hooks, and the unembedding runs at each row's answer position only.
 
-`interp.run.evaluate` runs variants here when every one qualifies (`cells`): a single `Patch` of
-`blocks.L.hook_resid_pre` at one position, on a causal decoder whose native blocks compute the
-bridge's (`hf_hooks.stack_agrees`), on one device, with no hook of the caller's on the model.
+`interp.run.evaluate` runs variants here when every one qualifies (`cells`): interventions only, all
+at one `blocks.L.hook_resid_pre`, whose first position (`first_pos`) lies in the input, on a causal
+decoder whose native blocks compute the bridge's (`hf_hooks.stack_agrees`), on one device, with no
+hook of the caller's on the model. Each variant's interventions act on the base run's whole residual
+there, as the runner's hook would; the segment from its first position on is what runs.
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp.interventions import Intervention
 from interp.model import native
 from interp.run.hf_hooks import natively_possible, stack_agrees
-from interp.run.runner import Variant, cache, lone_patches, measure
+from interp.run.runner import Variant, applied, at_one_site, cache, measure
 
 __all__ = ["Cell", "cells", "evaluate", "groups"]
 
@@ -36,19 +39,23 @@ __all__ = ["Cell", "cells", "evaluate", "groups"]
 _FLOATS = 2**26
 _SITE = re.compile(r"^blocks\.(\d+)\.hook_resid_pre$")
 
-Cell = tuple[int, int, Tensor]  # (block, position, source [batch, pos, d_model]) of one variant
+Cell = tuple[int, int, list[Intervention]]  # (block, first position, interventions) of one variant
 
 
 def cells(model, tokens: Tensor, variants: Sequence[Variant]) -> list[Cell] | None:
-    """Each variant's (block, position, source) when every variant qualifies (module docstring), else None."""
-    batch, n_pos = tokens.shape
-    found = lone_patches(variants, _SITE, (batch, n_pos))
-    if found is None or any(p.head is not None or not isinstance(p.pos, int) or not 0 <= p.pos < n_pos for _, p in found):
+    """Each variant's (block, first position, interventions) when every variant qualifies (module
+    docstring), else None."""
+    n_pos = tokens.shape[1]
+    found = at_one_site(variants, _SITE)
+    if found is None:
+        return None
+    todo = [(layer, min(iv.first_pos for iv in ivs), ivs) for layer, ivs in found]
+    if not all(0 <= p < n_pos for _, p, _ in todo):
         return None
     names = [f"blocks.{l}.hook_resid_pre" for l in range(model.cfg.n_layers)]
     if not natively_possible(model, names) or not stack_agrees(model):
         return None
-    return [(layer, p.pos, p.source) for layer, p in found]
+    return todo
 
 
 def groups(starts: Sequence[int], n_pos: int, batch: int, heads: int, per_token: int, cap: int | None) -> list[list[int]]:
@@ -65,12 +72,12 @@ def groups(starts: Sequence[int], n_pos: int, batch: int, heads: int, per_token:
             q = 0
         out[-1].append(i)
         q += width
-    return out
+    return out if out[0] else []
 
 
 def evaluate(model, tokens: Tensor, todo: list[Cell], metric: Callable, answer_pos: Tensor | None, *,
              cap: int | None = None, progress: bool = True, desc: str = "variants") -> list[Tensor]:
-    """The metric of `tokens` under each cell's patch, in `todo`'s order (as `measure` gives it).
+    """The metric of `tokens` under each cell's interventions, in `todo`'s order (as `measure` gives it).
 
     The native base run starts from the bridge's embedding (block 0's input); rows whose answer
     lies before a cell's position read the bridge's base logits. `cap`: most cells per forward."""
@@ -79,7 +86,7 @@ def evaluate(model, tokens: Tensor, todo: list[Cell], metric: Callable, answer_p
     base_logits, acts = cache(model, tokens, ["blocks.0.hook_resid_pre"], answer_pos=answer_pos)
     embedded = acts["blocks.0.hook_resid_pre"]
     batch, n_pos, _ = embedded.shape
-    dtype, device = todo[0][2].dtype, embedded.device
+    dtype, device = embedded.dtype, embedded.device
     found: dict[int, Tensor] = {}
     with torch.no_grad():
         full = {kind: native.packed_mask([0], 0, n_pos, stack.window if kind == "sliding_attention" else None,
@@ -100,18 +107,16 @@ def evaluate(model, tokens: Tensor, todo: list[Cell], metric: Callable, answer_p
     return [found[i] for i in range(len(todo))]
 
 
-def _group(stack: native.Stack, layer: int, segments: list[tuple[int, Tensor]], resid: Tensor,
+def _group(stack: native.Stack, layer: int, segments: list[tuple[int, list[Intervention]]], resid: Tensor,
            keys_values: dict[int, tuple[Tensor, Tensor]], metric: Callable, base_logits: Tensor,
            answer_pos: Tensor | None) -> list[Tensor]:
-    """The metric of each (position p, source) patch at block `layer`, from one packed forward."""
+    """The metric of each (first position p, interventions) at block `layer`'s input, from one packed
+    forward."""
     batch, n_pos, _ = resid.shape
+    site = f"blocks.{layer}.hook_resid_pre"
     starts = [p for p, _ in segments]
-    parts = []
-    for p, source in segments:  # base residual at positions p.., the patched one first
-        seg = resid[:, p:].clone()
-        seg[:, 0] = source[:, p]
-        parts.append(seg)
-    hidden = torch.cat(parts, 1)  # [batch, q, d_model]
+    # each segment: the base residual under the variant's interventions, at positions p..
+    hidden = torch.cat([applied(ivs, resid, site)[:, p:] for p, ivs in segments], 1)  # [batch, q, d_model]
     masks, positions = {}, None
     for kind in set(stack.layer_types):
         window = stack.window if kind == "sliding_attention" else None

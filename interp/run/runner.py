@@ -17,12 +17,12 @@ from torch import Tensor
 
 from interp.errors import InterpError
 from interp.hooks import hooks
-from interp.interventions import ABLATIONS, Intervention, Patch, Reference, WeightEdit
+from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
 from interp.metrics import Metric
 from interp.sites import check_tokens, position_axis
 
-__all__ = ["Item", "Variant", "cache", "checked_answer_pos", "edited", "gather_hook", "intervened", "logits", "lone_patches", "measure", "observe",
-           "reference", "scalar", "split_items", "spread", "with_grad"]
+__all__ = ["Item", "Variant", "applied", "at_one_site", "cache", "checked_answer_pos", "edited", "gather_hook", "intervened", "logits",
+           "measure", "observe", "reference", "scalar", "split_items", "spread", "with_grad"]
 
 Item = Union[Intervention, WeightEdit]
 Variant = Sequence[Item]  # what one side-by-side run applies
@@ -41,18 +41,27 @@ def split_items(items: Sequence[Item]) -> tuple[list[Intervention], list[WeightE
     return acts, edits
 
 
-def lone_patches(variants: Sequence[Variant], site: re.Pattern, shape: tuple[int, ...]) -> list[tuple[int, Patch]] | None:
-    """(block, patch) of each variant when every one is exactly one `Patch` (a subclass may act
-    otherwise) at a site that `site` matches (its group 1: the block) with a source whose shape
-    begins with `shape`; None when any is not, or there are none."""
+def at_one_site(variants: Sequence[Variant], site: re.Pattern) -> list[tuple[int, list[Intervention]]] | None:
+    """(block, interventions) of each variant when every one holds only interventions (no weight
+    edit), at least one, all at one site that `site` matches (its group 1: the block); None when
+    any does not, or there are none."""
     out = []
     for variant in variants:
-        iv = variant[0] if len(variant) == 1 else None
-        found = site.match(iv.site) if type(iv) is Patch else None
-        if found is None or not isinstance(iv.source, Tensor) or tuple(iv.source.shape[: len(shape)]) != shape:
+        acts, edits = split_items(variant)
+        sites = {s for iv in acts for s in iv.sites}
+        found = site.match(next(iter(sites))) if len(sites) == 1 and not edits else None
+        if found is None:
             return None
-        out.append((int(found.group(1)), iv))
+        out.append((int(found.group(1)), acts))
     return out or None
+
+
+def applied(interventions: Sequence[Intervention], act: Tensor, site: str) -> Tensor:
+    """`act` (the whole activation at `site`, every position) under `interventions`, in order, as
+    the runner's hook there applies them."""
+    for iv in interventions:
+        act = iv(act, site=site, start=0)
+    return act
 
 
 def _hook_list(interventions: Sequence[Intervention], start: int) -> list[tuple[str, Callable]]:
