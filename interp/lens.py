@@ -38,7 +38,7 @@ from interp.interventions import Intervention
 from interp.metrics import logit_diff as _logit_diff
 from interp.results import Grid
 from interp.sites import check_position, check_tokens
-from interp.tasks.base import Task
+from interp.tasks.base import Task, pad_id
 from interp.memory import records_peak
 
 __all__ = [
@@ -407,7 +407,7 @@ def head_scores(model, tokens: Tensor | Task | None = None, kind: str = "previou
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.cfg.n_layers)]
     _, acts = run.cache(model, tokens, names, interventions)
     tok = getattr(model, "tokenizer", None)
-    pad = getattr(tok, "pad_token_id", None) if tok is not None else None
+    pad = pad_id(model)
     valid = None
     if pad is not None and pad != getattr(tok, "bos_token_id", None):
         valid = tokens != pad

@@ -22,6 +22,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from interp.model import input_device
+
 __all__ = ["Peak", "peak", "records_peak", "resident_peak"]
 
 
@@ -89,8 +91,7 @@ _DEPTH = [0]  # calls of `records_peak` functions in progress: only the outermos
 
 def _device_of(first: Any) -> torch.device:
     if isinstance(first, torch.nn.Module):
-        p = next(first.parameters(), None)
-        return p.device if p is not None else torch.device(getattr(getattr(first, "cfg", None), "device", None) or "cpu")
+        return input_device(first)
     return first.device if isinstance(first, torch.Tensor) else torch.device("cpu")
 
 

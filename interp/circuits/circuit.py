@@ -36,7 +36,7 @@ from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
 from interp.metrics import for_task
 from interp.results import Grid, result
-from interp.tasks.base import Task
+from interp.tasks.base import Task, pad_id
 
 __all__ = ["ABLATIONS", "AblateOutside", "Faithfulness", "Runner", "check_graph", "faithfulness", "faithfulness_curve", "greedy", "has_path", "prune"]
 
@@ -270,7 +270,7 @@ class Runner:
         if ablation == "resample":
             self.reference = outs
         else:  # per-position mean over the corrupt rows that are not padding there
-            pad = getattr(getattr(model, "tokenizer", None), "pad_token_id", None)
+            pad = pad_id(model)
             valid = torch.ones(self.task.corrupt.shape, dtype=torch.bool, device=outs.device)
             if pad is not None:
                 valid = self.task.corrupt != pad

@@ -19,10 +19,11 @@ from interp.cores import linalg
 from interp.cores.results import Alignment, Core, Operator
 from interp.errors import InterpError
 from interp.interventions import Project
+from interp.model import input_device
 from interp.metrics import answer_logits, binary_accuracy, logit_diff
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name
-from interp.tasks.base import Task
+from interp.tasks.base import Task, pad_id
 from interp.memory import records_peak
 
 __all__ = [
@@ -48,10 +49,6 @@ def _rows(n: int) -> Int[Tensor, " n"]:
     return torch.arange(n)
 
 
-def _device(model) -> torch.device:
-    return torch.device(model.cfg.device)
-
-
 def _candidates(task: Task) -> Int[Tensor, " c"]:
     """The task's answer tokens: every token that is a correct or incorrect answer somewhere."""
     return torch.unique(torch.cat([task.correct, task.incorrect]))
@@ -75,7 +72,7 @@ def activations(
     site = resolve_site(model, site, layer)
     out = []
     for start in range(0, len(task), batch_size):
-        part = task[start : start + batch_size].to(_device(model))
+        part = task[start : start + batch_size].to(input_device(model))
         _, acts = run.cache(model, part.clean, [site], answer_pos=part.answer_pos)  # unembed at answer_pos only
         act = acts[site]
         _check_width(act, site)
@@ -102,7 +99,7 @@ def gradients(
     cands = _candidates(task)
     acts, grads = [], []
     for start in range(0, len(task), batch_size):
-        part = task[start : start + batch_size].to(_device(model))
+        part = task[start : start + batch_size].to(input_device(model))
         with torch.enable_grad():
             logits, found = run.with_grad(model, part.clean, [site], answer_pos=part.answer_pos)  # outputs read only there
             act = found[site]
@@ -216,7 +213,7 @@ def _das(model, task: Task, site: str, k: int | None, x: Tensor, meta: dict, epo
     index = {int(t): i for i, t in enumerate(cands.tolist())}
     where = {tuple(r.tolist()): int(p) for r, p in zip(task.clean, task.answer_pos)}
     where.update({tuple(r.tolist()): int(p) for r, p in zip(task.corrupt, task.answer_pos)})
-    device = _device(model)
+    device = input_device(model)
 
     def task_logits(tokens: Tensor) -> Tensor:  # fit_das passes rows only: look their answer positions up
         pos = torch.tensor([where[tuple(r.tolist())] for r in tokens.cpu()], device=tokens.device)
@@ -264,7 +261,7 @@ def validate(
         raise InterpError(f"core has d_model={core.d_model} but the model has d_model={model.cfg.d_model}")
     if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 1:
         raise InterpError(f"n_random={n_random!r} must be an int >= 1")
-    task = task.to(_device(model))
+    task = task.to(input_device(model))
     bases = [core.basis] + [linalg.random_basis(core.d_model, core.k, seed + i) for i in range(n_random)]
     variants = [[]] + [[Project(core.site, b, core.mean, mode, positions=task.answer_pos)]
                        for mode in INTERVENTIONS[1:] for b in bases]
@@ -317,7 +314,7 @@ def sequence_coordinates(
     site = resolve_site(model, core.site)
     out = []
     for start in range(0, tokens.shape[0], batch_size):
-        _, acts = run.cache(model, tokens[start : start + batch_size].to(_device(model)), [site])
+        _, acts = run.cache(model, tokens[start : start + batch_size].to(input_device(model)), [site])
         out.append(core.coordinates(acts[site]))
     return torch.cat(out)
 
@@ -393,8 +390,8 @@ def _prompt_tokens(model, prompts: Sequence[str]) -> tuple[Int[Tensor, "batch po
     """Each prompt tokenized alone (BOS as the model does), right-padded; and each last position."""
     rows = [model.to_tokens(p)[0].cpu() for p in prompts]
     width = max(len(r) for r in rows)
-    pad = model.tokenizer.pad_token_id if model.tokenizer is not None and model.tokenizer.pad_token_id is not None else 0
-    tokens = torch.full((len(rows), width), int(pad), dtype=torch.long)
+    pad = 0 if pad_id(model) is None else pad_id(model)
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
     for i, r in enumerate(rows):
         tokens[i, : len(r)] = r
     return tokens, torch.tensor([len(r) - 1 for r in rows])

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import InterpError
+from interp.tasks.base import pad_id
 
 __all__ = [
     "CITIES", "FIRST_NAMES", "RELATIONS", "SURNAMES", "Batch", "Facts", "assignments", "check_unknown", "encode", "first_hop",
@@ -190,7 +191,7 @@ def encode(model, facts: Facts) -> Batch:
         rows.append(row)
         targets.append([-100] * (len(row) - len(ans)) + ans)
     width = max(map(len, rows))
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    pad = 0 if pad_id(tok) is None else pad_id(tok)
     tokens = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
     target = torch.tensor([t + [-100] * (width - len(t)) for t in targets])
     names = lambda ids: tuple(tok.decode([i]) for i in ids)

@@ -25,6 +25,7 @@ from interp.model.loading import (
     ZOO_DIR,
     ModelNotFoundError,
     describe,
+    input_device,
     load,
     name_of,
     placement,
@@ -35,7 +36,7 @@ from interp.model.loading import (
     zoo_path,
 )
 
-__all__ = ["DECODER_FAMILIES", "FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "describe", "load", "name_of", "placement",
+__all__ = ["DECODER_FAMILIES", "FAMILIES", "ZOO_DIR", "ModelNotFoundError", "build_tiny", "describe", "input_device", "load", "name_of", "placement",
            "quiet_loading", "resolve", "user_zoo_dir", "zoo_dirs", "zoo_path"]
 
 # names that left the surface: they still import from here, with one DeprecationWarning naming their module

@@ -21,7 +21,7 @@ from interp.model.building import family_of
 from interp.files.storage import cache_dir
 from interp.files.validate import field, read_object
 
-__all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "load", "name_of", "placement", "quiet_loading", "resolve",
+__all__ = ["ZOO_DIR", "ModelNotFoundError", "describe", "input_device", "load", "name_of", "placement", "quiet_loading", "resolve",
            "user_zoo_dir", "zoo_dirs", "zoo_path"]
 
 
@@ -284,6 +284,15 @@ def load(
     bridge.cfg.interp_spec = str(spec)  # what name_of shows (cfg.model_name is the folder it booted from)
     bridge.eval()
     return bridge
+
+
+def input_device(model) -> torch.device:
+    """Where the model reads its input: its embedding's device (the first block's under a
+    device_map); every entry point moves tokens there, wherever the caller keeps them. While a
+    weight edit has swapped the parameters out (none are registered), the config's device (the CPU
+    for a module with neither)."""
+    p = next(model.parameters(), None)
+    return p.device if p is not None else torch.device(getattr(getattr(model, "cfg", None), "device", None) or "cpu")
 
 
 def name_of(model) -> str:

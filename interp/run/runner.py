@@ -19,7 +19,9 @@ from interp.errors import InterpError
 from interp.hooks import hooks
 from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
 from interp.metrics import Metric
+from interp.model import input_device
 from interp.sites import check_tokens, position_axis
+from interp.tasks.base import pad_id
 
 __all__ = ["Item", "Variant", "applied", "at_one_site", "cache", "checked_answer_pos", "edited", "gather_hook", "intervened", "logits",
            "measure", "observe", "reference", "scalar", "split_items", "spread", "with_grad"]
@@ -189,14 +191,6 @@ def observe(model, names: Sequence[str], see: Callable[[str, Tensor], None], *, 
         yield
 
 
-def input_device(model) -> torch.device:
-    """Where the model reads its input: its embedding's device (the first block's under a
-    device_map); every entry point moves tokens there, wherever the caller keeps them. While a
-    weight edit has swapped the parameters out (none are registered), the config's device."""
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device(model.cfg.device)
-
-
 def logits(model, tokens: Tensor, interventions: Variant = ()) -> Tensor:
     """Logits [batch, pos, d_vocab] of one forward on `tokens` under `interventions` (no grad)."""
     check_tokens(tokens, model=model)
@@ -275,11 +269,6 @@ def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Varian
     return out, found
 
 
-def _pad_id(model) -> int | None:
-    tok = getattr(model, "tokenizer", None)
-    return getattr(tok, "pad_token_id", None) if tok is not None else None
-
-
 def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None = None, *, chunk: int = 256) -> dict[str, Reference]:
     """One `Reference` per hook name: zero (no tokens), mean over `tokens` rows (per position,
     padding excluded, pooled over positions past their width), or resample (the activations of
@@ -300,7 +289,7 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
         _, acts = cache(model, tokens[i : i + chunk], names)
         for n in names:
             parts[n].append(acts[n])
-    pad = _pad_id(model)
+    pad = pad_id(model)
     valid = torch.ones(tokens.shape, dtype=torch.bool) if pad is None else (tokens != pad).cpu()  # cpu: moved beside the activations below
     valid[:, 0] = True  # a row is never all padding
     out = {}

@@ -19,10 +19,11 @@ from torch import Tensor
 from interp import run
 from interp.errors import InterpError
 from interp.metrics import logit_diff
-from interp.model import name_of
+from interp.model import input_device, name_of
 from interp.model.resuming import new_kv_cache
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name, kind_of
+from interp.tasks.base import pad_id
 from interp.steering.axes import Axis, Generation, Steer, projection
 from interp.memory import records_peak
 
@@ -31,17 +32,9 @@ __all__ = ["POSITIONS", "axis_from_contrast", "curve", "encode", "generate", "la
 POSITIONS: tuple[str, ...] = ("all", "prompt", "generated")
 
 
-def _device(model) -> torch.device:
-    return next(model.parameters()).device
-
-
 def _pad_id(model) -> int:
-    tok = getattr(model, "tokenizer", None)
-    for name in ("pad_token_id", "eos_token_id"):
-        value = getattr(tok, name, None)
-        if value is not None:
-            return int(value)
-    return 0
+    pad = pad_id(model)  # none: EOS, else 0 (the attention mask hides pads either way)
+    return pad if pad is not None else (_eos_id(model) or 0)
 
 
 def _eos_id(model) -> int | None:
@@ -66,7 +59,7 @@ def encode(model, prompts: str | Sequence[str]) -> tuple[Int[Tensor, "batch pos"
         tokens[i, width - len(r):] = r
         mask[i, width - len(r):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # pads get 0; they are masked out anyway
-    dev = _device(model)
+    dev = input_device(model)
     return tokens.to(dev), mask.to(dev), positions.to(dev)
 
 
@@ -145,7 +138,7 @@ def generate(
     sites = sorted({iv.axis.site for iv in steers})
     step_forward = run.decoder(model, sites, cached=use_cache, native=native)
 
-    dev = _device(model)
+    dev = input_device(model)
     tokens, mask, _ = encode(model, prompts)
     (batch, width), prompt_len = tokens.shape, mask.sum(-1)
     _check_context(model, width, max_new_tokens)
@@ -311,7 +304,7 @@ def curve(model, task, axis: Axis, strengths: Sequence[float | int], *, mode: st
     """
     if not len(strengths):
         raise InterpError("give at least one strength")
-    dev = _device(model)
+    dev = input_device(model)
     t = task.to(dev)
     batch, width = t.clean.shape
     where = torch.arange(width, device=dev)[None] <= t.answer_pos[:, None]  # [batch, pos]

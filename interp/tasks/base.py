@@ -23,7 +23,7 @@ from torch import Tensor
 
 from interp.errors import InterpError
 
-__all__ = ["BOS_ID", "EOS_ID", "MASK_ID", "PAD_ID", "SPECIALS", "UNK_ID", "Task", "pad_rows", "word_tokenizer"]
+__all__ = ["BOS_ID", "EOS_ID", "MASK_ID", "PAD_ID", "SPECIALS", "UNK_ID", "Task", "pad_id", "pad_rows", "word_tokenizer"]
 
 SPECIALS = ("[PAD]", "[UNK]", "[BOS]", "[EOS]", "[MASK]")
 PAD_ID, UNK_ID, BOS_ID, EOS_ID, MASK_ID = range(len(SPECIALS))
@@ -123,6 +123,16 @@ class Task:
             answer_pos=self.answer_pos.to(device),
             positions={k: v.to(device) for k, v in self.positions.items()},
         )
+
+
+def pad_id(model) -> int | None:
+    """The pad token id of a model's tokenizer (or of `model` itself, a tokenizer), None when it has
+    none. The one place interp reads it: what a caller pads with when there is none is the caller's
+    choice (generation pads with EOS, a task's rows with 0: masked or scored away either way), and
+    the runner excludes padding from its means only where a pad token exists."""
+    tok = getattr(model, "tokenizer", model)
+    value = getattr(tok, "pad_token_id", None)
+    return None if value is None else int(value)
 
 
 def pad_rows(rows: Sequence[Sequence[int]], length: int | None = None) -> Int[Tensor, "batch pos"]:

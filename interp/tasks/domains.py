@@ -34,7 +34,7 @@ from torch import Tensor
 
 from interp.errors import InterpError
 
-from .base import Task
+from .base import Task, pad_id
 from .source import Source
 
 __all__ = ["DOMAINS", "MATCHED_DOMAINS", "SPLITS", "check_split", "check_task_name", "split_items", "domain_task", "option_accuracy", "option_scores", "suite", "task"]
@@ -273,9 +273,8 @@ def _with_incorrect(t: Task, incorrect: Tensor) -> Task:
 
 
 def _pad(model: Any) -> int:
-    tok = getattr(model, "tokenizer", model)
-    pad = getattr(tok, "pad_token_id", None)
-    return 0 if pad is None else int(pad)
+    pad = pad_id(model)
+    return 0 if pad is None else pad
 
 
 def suite(model: Any, *, split: str = "val", n: int = 32, seed: int = 0,
