@@ -98,7 +98,7 @@ def test_suite_keeps_stretches_of_a_layer_subset_and_scores_their_curve(tmp_path
     data = suites.curve("zoo", "quick", (0, 2), progress=False)
     assert data["budget"]["layers"] == [0, 2] and [r["layer"] for r in data["final"]] == [0, 2]
     tokens = [r["tokens"] for r in data["curve"]]
-    assert tokens == sorted(tokens) and len(tokens) == 8 and tokens[0] >= 600  # 3 stretches + the latest, 2 layers
+    assert tokens == sorted(tokens) and len(tokens) == 6 and tokens[0] >= 600  # 2 layers: 2 stretches + the latest (the 3rd)
     assert all(set(r) >= {"fve", "fve_random", "fve_control", "l0", "dead"} for r in data["curve"])
     assert all({"ce_spliced", "ce_random", "ce_recovered", "ce_recovered_random"} <= set(r) for r in data["final"])
     beyond = data["beyond_random"]

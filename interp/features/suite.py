@@ -251,8 +251,10 @@ def curve(name: str, budget: str, layers: tuple[int, ...] | None = None, *, devi
     out, n = folder(name, budget, layers), len(suite.pairs(layers))
     marks = sorted((p for p in out.glob("tokens-*") if all((p / f"{i}.safetensors").exists() for i in range(n))),
                    key=lambda p: int(p.name.split("-")[1]))
-    stretches = [Dictionary.load(p / f"{i}.safetensors") for p in marks for i in range(n)]
     latest = list(from_checkpoint(out).values())
+    seen = latest[0].meta["tokens"]
+    stretches = [d for d in (Dictionary.load(p / f"{i}.safetensors") for p in marks for i in range(n))
+                 if d.meta["tokens"] < seen]  # a stretch that ends where the run stopped is the latest
     model = interp.load(suite.model, device=device)
     train_rows, train_valid, held, held_valid = _data(model, suite)
     common = dict(rows_per_forward=16, progress=progress, fit_tokens=train_rows[: suite.fit_rows],
