@@ -107,7 +107,7 @@ from interp.tasks.base import Task
 
 _LAZY = (
     "patching", "lens", "circuits", "masking", "simplify", "cores", "steering", "probing", "grafting", "studies", "sweep",
-    "zoo", "plot", "report", "views", "files", "features",
+    "zoo", "plot", "report", "views", "files", "features", "memory", "registry",
 )
 
 

@@ -81,3 +81,39 @@ def test_a_name_that_left_a_surface_resolves_with_one_warning_naming_its_module(
     for (package, name, home), (listed, same, warned) in zip(names, json.loads(out.stdout)):
         assert not listed and same, (package, name)
         assert warned == [f"{package}.{name} is not part of {package}'s surface; import it from {home}"], (name, warned)
+
+
+def _readme_floors() -> list[set[str]]:
+    """The rows of the README's "What is where" table, lowest floor first: the top-level parts of
+    interp each row names (`interp.x`, or `x.py` for the command line's modules)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## What is where", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `interp")]
+    return [set(re.findall(r"`interp\.([a-z_]+)`", r)) | set(re.findall(r"`([a-z_]+)\.py`", r)) for r in rows]
+
+
+def test_the_readme_lists_every_top_level_part_in_an_order_every_import_respects():
+    """Listing interp/ shows the floors: the README names each top-level module and package once, and
+    no part imports one named on a later row (literal imports, inside functions too)."""
+    from pathlib import Path
+
+    from test_architecture import import_graph
+
+    root = Path(interp.__file__).parent
+    floors = _readme_floors()
+    row = {part: i for i, parts in enumerate(floors) for part in parts}
+    parts = {p.stem for p in root.glob("*.py") if p.stem != "__init__"} | {
+        p.parent.name for p in root.glob("*/__init__.py")}
+    assert sum(map(len, floors)) == len(row), "a part named on two rows"
+    assert set(row) == parts, f"in interp/ but not the README: {sorted(parts - set(row))}; gone: {sorted(set(row) - parts)}"
+    upward = set()
+    for module, targets in import_graph(root).items():
+        here = module.split(".")[1:2]
+        for target in targets:
+            there = target.split(".")[1:2]
+            if here and there and here != there and row[there[0]] > row[here[0]]:
+                upward.add((here[0], there[0]))
+    assert not upward, f"imports of a later row (reorder the README's table, or move the code): {sorted(upward)}"
