@@ -36,7 +36,7 @@ from interp.features import Recipe, fit
 from interp.features.suite import SUITES
 from interp.features.train import mlp_sites
 from interp.run import cache
-from interp.storage import write_text_atomic
+from interp.files.storage import write_text_atomic
 
 
 def _best(fn, repeats: int) -> float:

@@ -157,7 +157,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in res["finetune step"].items() if "values" not in k}), flush=True)
     res["load_average_end"] = os.getloadavg()
     if args.out:
-        from interp.storage import write_text_atomic
+        from interp.files.storage import write_text_atomic
 
         write_text_atomic(args.out, json.dumps(res, indent=1))
 

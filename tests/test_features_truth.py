@@ -177,7 +177,7 @@ def test_architectures_train_side_by_side_on_a_model_and_read_back_from_a_checkp
 
     from interp.features.corpus import token_rows
     from interp.features.train import from_checkpoint, train_dictionaries
-    from interp.storage import write_tensors_atomic
+    from interp.files.storage import write_tensors_atomic
 
     zoo = interp.load("zoo:lm-gpt2")
     rows, valid = token_rows(zoo, "zoo", max_rows=200, seed=3)

@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from interp.errors import InterpError
-from interp.storage import cache_dir, write_text_atomic
+from interp.files.storage import cache_dir, write_text_atomic
 
 __all__ = ["ENGLISH", "SOURCES", "describe", "docstring_text", "english_text", "token_rows"]
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from interp.errors import InterpError
 from interp.sites import hook_name
-from interp.storage import result
+from interp.files.storage import result
 
 __all__ = ["Dictionary"]
 
@@ -49,7 +49,7 @@ class Dictionary:
     k: int | None = None
     W_skip: Float[Tensor, "d_in d_out"] | None = None
 
-    # fields a file must hold finite (interp.storage.load refuses a NaN weight: it would poison every feature)
+    # fields a file must hold finite (interp.files.storage.load refuses a NaN weight: it would poison every feature)
     _finite_fields = ("W_enc", "b_enc", "W_dec", "b_dec", "threshold", "W_skip")
 
     def __post_init__(self) -> None:

@@ -36,8 +36,8 @@ from torch import Tensor
 
 from interp.errors import InterpError
 from interp.results import Grid
-from interp.storage import result
-from interp.validate import tensor
+from interp.files.storage import result
+from interp.files.validate import tensor
 
 __all__ = ["KINDS", "AttributionGraph", "cumulative", "influence", "normalized", "threshold_of"]
 

@@ -29,8 +29,8 @@ import torch
 
 from interp.errors import InterpError
 from interp.features.graph import ERROR, FEATURE, KINDS, LOGIT, TOKEN, AttributionGraph, cumulative
-from interp.storage import write_text_atomic
-from interp.validate import field, number, read_json, refuse
+from interp.files.storage import write_text_atomic
+from interp.files.validate import field, number, read_json, refuse
 
 __all__ = ["from_neuronpedia", "to_neuronpedia", "write_neuronpedia"]
 

@@ -44,7 +44,7 @@ from interp.errors import InterpError
 from interp.features.attribute import _NORM_WARNINGS, EMBED, Hold, Replacement, Transcoders, replacement
 from interp.features.graph import ERROR, FEATURE, TOKEN, AttributionGraph
 from interp.sites import check_tokens
-from interp.storage import result
+from interp.files.storage import result
 
 __all__ = ["PARTS", "QKAttribution", "attention_edges", "qk_attribution", "with_attention"]
 

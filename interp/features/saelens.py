@@ -34,8 +34,8 @@ from pathlib import Path
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.sites import layer_of
-from interp.storage import atomic_dir, write_tensors_atomic
-from interp.validate import field, hook, read_json, read_safetensors, refuse, tensor
+from interp.files.storage import atomic_dir, write_tensors_atomic
+from interp.files.validate import field, hook, read_json, read_safetensors, refuse, tensor
 
 __all__ = ["ARCHITECTURES", "REFUSED", "SAE_LENS_VERSION", "load_saelens", "save_saelens"]
 

@@ -32,7 +32,7 @@ from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.run import Variant, cache
 from interp.sites import check_position, check_tokens, kind_of
-from interp.storage import result
+from interp.files.storage import result
 
 __all__ = ["EDITS", "FeatureEdit", "TopExamples", "check_fits", "feature_acts", "feature_edit", "top_examples"]
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
-from interp.validate import field, read_json, read_safetensors, refuse, tensor
+from interp.files.validate import field, read_json, read_safetensors, refuse, tensor
 
 __all__ = ["load_sparsify", "sparsify_sites"]
 

@@ -14,7 +14,7 @@ feature transcoders, read from the "english" text, budgets "cpu16k" and "full16k
 trains a subset of the layers from the same forwards, `--tokens N` raises the budget, `--every N`
 keeps the dictionaries after each N tokens under <folder>/tokens-<n>/ for a curve). Weights go to
 $INTERP_CACHE/dictionaries/<model>/<budget>[-layers-...]/ (never into the repository): load one
-with `interp.features.load_dictionaries("smollm2")` or `Dictionary.load(path)`.
+with `interp.features.suite.load_dictionaries("smollm2")` or `Dictionary.load(path)`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from interp.features.corpus import describe, token_rows
 from interp.features.dictionary import Dictionary
 from interp.features.train import Recipe, from_checkpoint, mlp_sites, train_dictionaries
 from interp.sites import layer_of
-from interp.storage import cache_dir, write_text_atomic
+from interp.files.storage import cache_dir, write_text_atomic
 
 __all__ = ["SUITES", "Suite", "commit", "folder", "load_dictionaries", "score", "train_suite"]
 

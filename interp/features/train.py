@@ -61,7 +61,7 @@ from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.run import cache
 from interp.sites import check_tokens, hook_name
-from interp.storage import write_tensors_atomic
+from interp.files.storage import write_tensors_atomic
 from interp.memory import records_peak
 
 __all__ = ["ARCHITECTURES", "CODE_VERSION", "Recipe", "fit", "fit_each", "from_checkpoint", "mlp_sites", "train_dictionaries"]

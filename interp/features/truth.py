@@ -47,7 +47,7 @@ from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.features.suite import commit
 from interp.features.train import ARCHITECTURES, Recipe, fit_each
-from interp.storage import write_text_atomic
+from interp.files.storage import write_text_atomic
 
 __all__ = ["BUDGETS", "CASES", "Budget", "combined", "interval", "matching", "max_cosine", "run", "sample", "score"]
 

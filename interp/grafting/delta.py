@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from interp.errors import InterpError
 from interp.grafting.facts import Facts, encode
 from interp.interventions import WeightDelta
-from interp.storage import load, result
+from interp.files.storage import load, result
 from interp.memory import records_peak
 
 __all__ = ["COMPONENTS", "Delta", "component_of", "finetune", "layer_of", "parameters"]
