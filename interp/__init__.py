@@ -12,6 +12,12 @@ runner) and returns results (`interp.Grid`, or a type with `to_grid()`) that
 network and does not import plotly or circuitsvis; `interp.plot` and `interp.report` do, on first
 use as attributes (`interp.plot.render(g)`) or when you import them.
 
+The top level is grouped by floor, each importing only from those before it: errors, tensors and
+sites; registry; files; tasks; model; hooks; interventions; results, metrics and memory; run; the
+analyses (patching, lens, circuits, masking, simplify, cores, steering, probing, grafting,
+features); views (plot, report); sweep; zoo; studies (README, "What is where"). A module that moved
+still imports from its old name (`_MOVED` below).
+
 Words, one meaning each across interp (where an older name says otherwise, the module's
 docstring says which meaning it has):
 
@@ -35,7 +41,7 @@ docstring says which meaning it has):
                   not a classifier trained on activations
 """
 
-import sys
+import sys as _sys
 
 # Modules that moved when the top level was grouped by role: old name -> new name. `interp.plot`
 # and `interp.report` are how users spell the views (README, notebooks), so they stay quiet
@@ -87,7 +93,7 @@ def _importer_level() -> int:
     """The stack level of the first frame outside the import machinery and this file: the
     `import` statement (or `interp.x` attribute) a deprecation should point at. `warnings` does not
     count importlib's bootstrap frames, so neither does this."""
-    frame, level = sys._getframe(1), 1
+    frame, level = _sys._getframe(1), 1
     while frame is not None and (frame.f_code.co_filename == __file__ or "importlib" in frame.f_code.co_filename):
         frame = frame.f_back
         if frame is not None and "_bootstrap" not in frame.f_code.co_filename:
@@ -96,7 +102,7 @@ def _importer_level() -> int:
 
 
 # first, so an old name never reaches a stale file; a re-imported interp replaces its old finder
-sys.meta_path[:] = [_MovedModules, *(f for f in sys.meta_path if getattr(f, "__name__", "") != "_MovedModules")]
+_sys.meta_path[:] = [_MovedModules, *(f for f in _sys.meta_path if getattr(f, "__name__", "") != "_MovedModules")]
 
 from interp import hooks, interventions, metrics, run, sites, tasks
 from interp.errors import InterpError
