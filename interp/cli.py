@@ -29,7 +29,7 @@ def _info(args: argparse.Namespace) -> int:
     from interp.hooks import hook_groups, hook_names
     from interp.model import describe, load
 
-    from interp.gguf import REAL_MODELS
+    from interp.model.gguf import REAL_MODELS
 
     model = load(args.spec)
     groups = hook_groups(model)
@@ -60,7 +60,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     from interp.demo import run_demo
-    from interp.storage import check_writable
+    from interp.files.storage import check_writable
 
     check_writable(args.out, folder=True)
     path = run_demo(Path(args.out))
@@ -95,12 +95,12 @@ def _zoo_list(args: argparse.Namespace) -> int:
 
 
 def _zoo_train(args: argparse.Namespace) -> int:
-    from interp.train import RECIPES, train
+    from interp.zoo.train import RECIPES, train
 
     if args.name not in RECIPES:
         raise InterpError(f"no recipe {args.name!r}; recipes: {', '.join(RECIPES)}")
     if args.out is not None:
-        from interp.storage import check_writable
+        from interp.files.storage import check_writable
 
         check_writable(args.out, folder=True)
     card = train(RECIPES[args.name], args.out, steps=args.steps, progress=not args.json)
@@ -117,7 +117,7 @@ def _sweep(args: argparse.Namespace) -> int:
                                     worker_gpus=args.worker_gpus, retries=args.retries).items() if v is not None}
     elif any(v is not None for v in (args.address, args.num_cpus, args.worker_cpus, args.worker_gpus, args.retries)):
         raise InterpError("--address, --num-cpus, --worker-cpus, --worker-gpus and --retries need --executor ray")
-    from interp.storage import check_writable
+    from interp.files.storage import check_writable
 
     check_writable(args.out, folder=True)
     summary = run(args.config, args.out, progress=not args.json, executor=args.executor, **kw)
@@ -184,7 +184,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _repro(args: argparse.Namespace) -> int:
-    from interp.storage import check_writable, write_text_atomic
+    from interp.files.storage import check_writable, write_text_atomic
     from interp.studies import protocol
 
     if args.out:  # refused now, not after the run
@@ -214,7 +214,7 @@ def _doc(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             raise InterpError(f"{flag} {path}: no such file; give the study's JSON (from `interp repro {args.name} --out`) "
                               "and the markdown whose <!-- gen:NAME --> regions it refills")
-    from interp.storage import check_writable
+    from interp.files.storage import check_writable
 
     check_writable(args.doc)
     print(f"wrote {protocol.get(args.name).write_doc(args.json_path, args.doc)}")
@@ -242,11 +242,11 @@ def _steer(args: argparse.Namespace) -> int:
 
 
 def _circuit(args: argparse.Namespace) -> int:
-    from interp.circuit_view import circuit_html
+    from interp.views.circuit import circuit_html
     from interp.circuits import faithfulness_curve
     from interp.circuits.pipeline import scores, summary, task_for, with_example
     from interp.model import load
-    from interp.storage import check_writable, write_text_atomic
+    from interp.files.storage import check_writable, write_text_atomic
 
     if args.steps < 1:
         raise InterpError(f"--steps {args.steps} must be >= 1")

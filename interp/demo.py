@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from interp import run
 from interp.model import FAMILIES, ZOO_DIR, build_tiny, describe, load
 from interp.sites import hook_name
-from interp.storage import check_writable
+from interp.files.storage import check_writable
 from interp.tasks import english, make
 
 __all__ = ["run_demo", "section_circuit", "section_models", "section_patching", "section_zoo"]
@@ -34,7 +34,7 @@ def _models(workdir: Path) -> dict[str, str]:
 def section_models(workdir: Path) -> list[Any]:
     import pandas as pd
 
-    from interp import plot
+    from interp.views import plot
     from interp.results import Heading
 
     from interp.masking import ablation_scan
@@ -130,7 +130,7 @@ def _sections() -> list[Callable[[Path], list[Any]]]:
 
 
 def run_demo(out: Path) -> Path:
-    from interp import report
+    from interp.views import report
 
     check_writable(out, folder=True).mkdir(parents=True, exist_ok=True)
     items: list[Any] = [

@@ -20,7 +20,7 @@ cells = [
     new_code_cell(
         "import torch\n"
         "import interp\n"
-        "from interp import plot, probing, run\n"
+        "from interp import probing, run\nfrom interp.views import plot\n"
         "from interp.tasks import domains, multidomain\n"
         "from interp.studies import specialization as study\n"
         "torch.set_num_threads(1)\n\n"

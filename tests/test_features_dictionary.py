@@ -47,7 +47,7 @@ def test_sae_recovers_planted_directions():
     grid = d.to_grid()  # drawn by plot.render: one panel per metric over the steps
     assert grid.axes == ("step", "dictionary", "metric") and grid.shape == (len(h), 1, 4)
     assert grid.values[:, 0, 2].tolist() == [r["l0"] for r in h]
-    from interp import plot
+    from interp.views import plot
 
     assert len(plot.render(d).data) == 4
     with pytest.raises(InterpError, match="no training history"):
@@ -131,7 +131,7 @@ def test_training_resumes_to_the_same_weights(zoo, tmp_path, monkeypatch):
     # a checkpoint written before digests (identity without tokens_digest and code) resumes, with a warning
     from safetensors import safe_open
 
-    from interp.storage import write_tensors_atomic
+    from interp.files.storage import write_tensors_atomic
 
     ckpt = tmp_path / "a" / "checkpoint.safetensors"
     with safe_open(str(ckpt), "pt") as fh:

@@ -13,7 +13,7 @@ from interp.masking import HeadMask
 from interp.masking import learn as learn_module
 from interp.masking.controls import distinct, matched_random
 from interp.studies import heuristic_core
-from interp.storage import load_state
+from interp.files.storage import load_state
 from interp.studies.units import comparable
 from test_masking import one_thread, random_task  # noqa: F401  (one_thread: a module-wide autouse fixture)
 

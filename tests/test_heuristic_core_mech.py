@@ -92,7 +92,7 @@ def test_departures_name_both_values(budget):
 
 
 def test_train_keeps_a_checkpoint_every_k_steps_across_both_phases(tmp_path):
-    from interp.train import RECIPES, train
+    from interp.zoo.train import RECIPES, train
 
     recipe = replace(RECIPES["lm-gpt2"], data={"sentences": 200}, eval_every=2)
     card = train(recipe, tmp_path / "m", steps=3, progress=False, evaluate_after=False)

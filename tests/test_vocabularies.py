@@ -36,7 +36,7 @@ def test_the_cli_offers_exactly_the_vocabulary(command, option, vocabulary):
 
 
 def test_sweeps_read_the_one_list_of_ablations_metrics_and_kinds(english_dirs):
-    from interp import sweep_jobs
+    from interp.sweep import jobs as sweep_jobs
 
     assert sweep_jobs.ABLATIONS is ABLATIONS and sweep_jobs.METRICS is metrics.TASK_METRICS
     assert sweep.KINDS is sweep_jobs.KINDS
