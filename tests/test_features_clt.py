@@ -125,7 +125,8 @@ def test_shapes_are_checked():
 # training
 
 
-def test_fit_clt_finds_planted_cross_layer_features():
+@pytest.mark.parametrize("architecture,floor", [("batchtopk", 0.85), ("jumprelu", 0.75)])
+def test_fit_clt_finds_planted_cross_layer_features(architecture, floor):
     """Each layer's MLP input is a sparse sum of known directions, and each of those features
     writes to its layer's output and every later one's: the trained CLT's decoders match the
     planted ones (mean max cosine over the first layer's, which write to both layers), far above a
@@ -139,7 +140,8 @@ def test_fit_clt_finds_planted_cross_layer_features():
     y = torch.zeros(T, L, d)
     for l in range(L):
         y[:, l:] += torch.einsum("tn,nmd->tmd", c[:, l], true[l])
-    recipe = Recipe(n_features=16, k=1, tokens=60_000, lr=1e-2, checkpoint_every=20)
+    recipe = Recipe(n_features=16, k=1, tokens=60_000, lr=1e-2, checkpoint_every=20, architecture=architecture,
+                    l0_coefficient=1e-2)
 
     def match(clt):
         got = torch.nn.functional.normalize(clt.W_dec[0].flatten(1), dim=1)
@@ -149,8 +151,9 @@ def test_fit_clt_finds_planted_cross_layer_features():
     clt = fit_clt(x, y, recipe=recipe, batch=256)
     control = fit_clt(x, y[torch.randperm(T, generator=g)], recipe=recipe, batch=256)
     fvu = float((clt(x) - y).pow(2).sum() / (y - y.mean(0)).pow(2).sum())
-    assert fvu < 0.02 and clt.meta["history"][-1]["l0"] == pytest.approx(1.0, abs=0.2)
-    assert match(clt) > 0.85 and match(control) < 0.5
+    l0 = clt.meta["history"][-1]["l0"]  # per token and layer; the truth's is 0.72
+    assert fvu < 0.02 and (l0 == pytest.approx(1.0, abs=0.2) if architecture == "batchtopk" else l0 < 2.5)
+    assert match(clt) > floor and match(control) < 0.5
     with pytest.raises((InterpError, TypeError), match="d_in"):  # jaxtyping's check in tests, ours outside
         fit_clt(x[:, 0], y)
 

@@ -9,15 +9,18 @@ later one's.
 `CrossLayerTranscoder` saves through the one result format; `save_circuit_tracer` /
 `load_circuit_tracer` read and write the folder layout circuit-tracer loads (`W_enc_{l}` and
 `W_dec_{l}` safetensors per layer), `load_gemmascope2` the per-layer files of GemmaScope-2's
-multi-layer JumpReLU transcoders. `fit_clt` trains one on activations in memory with interp's
-BatchTopK (`interp.features.train`): the top k x tokens x layers pre-activations of a batch are
-kept across all layers together, decoders have unit norm over all the layers they write, and
-at inference the running mean of the smallest kept activation is every feature's threshold.
+multi-layer JumpReLU transcoders. `fit_clt` trains one on activations in memory (resumable from
+a checkpoint) with two of `interp.features.train`'s architectures: BatchTopK, the top k x tokens
+x layers pre-activations of a batch kept across all layers together, at inference the running
+mean of the smallest kept activation every feature's threshold; or JumpReLU, thresholds per layer
+and feature trained through train.py's straight-through estimator with its L0 penalty. Either
+way each feature's decoder has unit norm over all the layers it writes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from interp.errors import InterpError
-from interp.features.train import Recipe, mlp_sites
+from interp.features.train import THRESHOLD_START, Recipe, _JumpReLU, _Step, mlp_sites  # the JumpReLU trainer's pieces
 from interp.run import cache
 from interp.sites import check_tokens, hook_name, layer_of
 from interp.files.validate import tensors_digest
@@ -240,7 +243,7 @@ def load_gemmascope2(paths: Sequence[str | Path], *, sites_in: Sequence[str] | N
 
 
 # ---------------------------------------------------------------------------------------------
-# training (BatchTopK across layers)
+# training (BatchTopK across layers, or JumpReLU)
 
 
 class _CLTTrainee:
@@ -257,6 +260,10 @@ class _CLTTrainee:
         self.b_enc = torch.zeros(L, n, device=device, requires_grad=True)
         self.b_dec = (y.mean(0) * self.s_out[:, None]).float().clone().requires_grad_(True)
         self.W_skip = torch.zeros(L, d_in, d_out, device=device, requires_grad=True) if skip else None
+        self.jump = getattr(recipe, "architecture", "batchtopk") == "jumprelu"
+        # the JumpReLU trainer's start (train.py): a pre-activation has variance about 1 at first
+        self.log_threshold = torch.full((L, n), math.log(THRESHOLD_START), device=device, requires_grad=True) \
+            if self.jump else None
         self.opt = torch.optim.Adam(self.params, lr=recipe.lr)
         self.since = torch.zeros(L, n, dtype=torch.long, device=device)  # tokens since each feature last fired
         self.threshold = torch.zeros((), device=device)
@@ -274,15 +281,22 @@ class _CLTTrainee:
     def step(self, x: Tensor, y: Tensor, recipe: Recipe, first: bool) -> dict[str, float]:
         x, y = x * self.s_in[:, None], y * self.s_out[:, None]
         T, L, _ = x.shape
-        h = torch.relu(torch.einsum("tli,lin->tln", x, self.W_enc) + self.b_enc)
-        kept = h.flatten().topk(recipe.k * T * L, sorted=False)
-        f = torch.zeros_like(h).flatten().scatter(0, kept.indices, kept.values).view_as(h)
+        pre = torch.einsum("tli,lin->tln", x, self.W_enc) + self.b_enc
+        h = torch.relu(pre)
+        if self.jump:  # train.py's straight-through JumpReLU: thresholds per (layer, feature), an L0 penalty
+            f = _JumpReLU.apply(pre, self.log_threshold.exp(), recipe.bandwidth)
+            kept = None
+        else:
+            kept = h.flatten().topk(recipe.k * T * L, sorted=False)
+            f = torch.zeros_like(h).flatten().scatter(0, kept.indices, kept.values).view_as(h)
         err = y - self.forward(x, f)
         var = (y - y.mean(0)).pow(2).sum(-1).mean(0)  # [layer]
         loss = (err.pow(2).sum(-1).mean(0) / var).mean()
+        if self.jump:  # per token and layer, as a per-layer dictionary's L0
+            loss = loss + recipe.l0_coefficient * _Step.apply(pre, self.log_threshold.exp(), recipe.bandwidth).sum(-1).mean()
         dead = self.since > recipe.dead_after
         aux = torch.zeros((), device=x.device)
-        if dead.any():  # AuxK (train.py's): dead features rebuild the error from their own top aux_k per token
+        if dead.any() and not self.jump:  # AuxK (train.py's): dead features rebuild the error from their own top aux_k per token
             hd = (h * dead).flatten(1)
             top = hd.topk(min(recipe.aux_k, int(dead.sum())), dim=1)
             fd = torch.zeros_like(hd).scatter(1, top.indices, top.values).view_as(h)
@@ -299,15 +313,17 @@ class _CLTTrainee:
                 w /= w.flatten(1).norm(dim=1)[:, None, None]
             self.since += T
             self.since[(f > 0).any(0)] = 0
-            smallest = kept.values[kept.values > 0].min() if (kept.values > 0).any() else torch.zeros((), device=x.device)
-            m = 0.0 if first else recipe.threshold_momentum
-            self.threshold = m * self.threshold + (1 - m) * smallest
+            if kept is not None:
+                smallest = kept.values[kept.values > 0].min() if (kept.values > 0).any() else torch.zeros((), device=x.device)
+                m = 0.0 if first else recipe.threshold_momentum
+                self.threshold = m * self.threshold + (1 - m) * smallest
         return {"nmse": float(loss.detach()), "aux": float(aux.detach()), "l0": float((f > 0).sum((1, 2)).float().mean()) / L,
                 "dead": float(dead.float().mean())}
 
     @property
     def params(self) -> list[Tensor]:
-        return [self.W_enc, self.b_enc, self.b_dec, *self.W_dec] + ([self.W_skip] if self.W_skip is not None else [])
+        extra = [t for t in (self.W_skip, self.log_threshold) if t is not None]
+        return [self.W_enc, self.b_enc, self.b_dec, *self.W_dec, *extra]
 
     def state(self) -> dict[str, Tensor]:
         """Weights, Adam moments and counters, for a checkpoint."""
@@ -337,7 +353,8 @@ class _CLTTrainee:
             return CrossLayerTranscoder(
                 W_enc=out(self.W_enc * s_in[:, None, None]), b_enc=out(self.b_enc),
                 W_dec=tuple(out(w / s_out[l:, None]) for l, w in enumerate(self.W_dec)), b_dec=out(self.b_dec / s_out[:, None]),
-                sites_in=sites_in, sites_out=sites_out, threshold=out(self.threshold.expand_as(self.b_enc)),
+                sites_in=sites_in, sites_out=sites_out,
+                threshold=out(self.log_threshold.exp() if self.jump else self.threshold.expand_as(self.b_enc)),
                 W_skip=None if self.W_skip is None else out(self.W_skip * s_in[:, None, None] / s_out[:, None, None]),
                 model=model_name, meta=meta)
 
@@ -371,18 +388,19 @@ def fit_clt(x: Float[Tensor, "tokens layer d_in"], y: Float[Tensor, "tokens laye
             sites_out: Sequence[str] | None = None, model_name: str = "", out: str | Path | None = None) -> CrossLayerTranscoder:
     """A cross-layer transcoder trained on every layer's MLP inputs `x` and outputs `y` (one row per
     token; `activations` collects them from a model): `recipe.tokens` tokens in shuffled batches of
-    `batch`, `recipe.k` features a layer per token on average (BatchTopK across layers; module
-    docstring). `skip`: also learn a linear skip path W_skip per layer. `out`: a folder for
-    out/checkpoint.safetensors, written atomically every `recipe.checkpoint_every` steps; a run
-    with the same recipe, options and activations (a digest of them) resumes from it, and a
-    larger `recipe.tokens` extends a finished one."""
+    `batch`: BatchTopK (`recipe.k` features a layer per token on average, across layers) or
+    JumpReLU (`recipe.l0_coefficient`, `recipe.bandwidth`), by `recipe.architecture`. `skip`:
+    also learn a linear skip path W_skip per layer. `out`: a folder for out/checkpoint.safetensors,
+    written atomically every `recipe.checkpoint_every` steps; a run with the same recipe, options
+    and activations (a digest of them) resumes from it, and a larger `recipe.tokens` extends a
+    finished one."""
     _check_acts(x, y)
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise InterpError(f"batch={batch!r} must be an int >= 1")
     arch = getattr(recipe, "architecture", "batchtopk")
-    if arch != "batchtopk":
-        raise InterpError(f"fit_clt trains BatchTopK cross-layer transcoders; Recipe.architecture={arch!r} is not "
-                          "supported here (use 'batchtopk')")
+    if arch not in ("batchtopk", "jumprelu"):
+        raise InterpError(f"fit_clt trains BatchTopK or JumpReLU cross-layer transcoders; Recipe.architecture={arch!r} "
+                          "is not supported here (use 'batchtopk' or 'jumprelu')")
     gen = torch.Generator().manual_seed(recipe.seed)
     t = _CLTTrainee(x.float(), y.float(), recipe, gen, skip)
     seen, step, history = 0, 0, []
@@ -402,7 +420,8 @@ def fit_clt(x: Float[Tensor, "tokens layer d_in"], y: Float[Tensor, "tokens laye
                 write_tensors_atomic(ckpt, tensors, {"identity": identity, "step": str(step), "tokens": str(seen),
                                                      "history": json.dumps(history)})
     s_in, s_out = _sites(x.shape[1], sites_in, sites_out)
-    meta = {"trainer": "interp BatchTopK CLT", "recipe": asdict(recipe), "tokens": seen, "steps": step, "history": history}
+    meta = {"trainer": f"interp {'JumpReLU' if arch == 'jumprelu' else 'BatchTopK'} CLT", "recipe": asdict(recipe),
+            "tokens": seen, "steps": step, "history": history}
     return t.transcoder(s_in, s_out, model_name, meta)
 
 
