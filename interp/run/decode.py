@@ -16,7 +16,7 @@ from torch import Tensor
 from interp.errors import InterpError
 from interp.interventions import Intervention
 from interp.model import native as native_model
-from interp.model.resuming import kv_cache_kwargs
+from interp.model.resuming import kv_cache_kwargs, new_kv_cache
 from interp.run.hf_hooks import natively, natively_possible
 from interp.run.runner import intervened
 
@@ -25,14 +25,20 @@ __all__ = ["Decoder", "decoder"]
 
 @dataclass(frozen=True)
 class Decoder:
-    """Runs one decoding step's forward (`__call__`) on the bridge (`hf` None) or natively on `hf`."""
+    """Runs one decoding step's forward (`__call__`) on the bridge (`hf` None) or natively on `hf`,
+    with a KV cache (`new_cache`) when `cached`."""
 
     model: Any
     hf: torch.nn.Module | None
+    cached: bool = True
 
     @property
     def native(self) -> bool:
         return self.hf is not None
+
+    def new_cache(self):
+        """An empty KV cache for the steps to fill (None when not `cached`)."""
+        return new_kv_cache(self.model) if self.cached else None
 
     def cache_kwargs(self, kv) -> dict[str, Any]:
         """Forward kwargs that hand the KV cache `kv` (None: no cache) to this engine's model."""
@@ -64,4 +70,4 @@ def decoder(model, sites: Sequence[str], *, cached: bool, native: bool | None = 
         raise InterpError(f"native=True cannot run here: it needs use_cache=True, sites blocks.L.hook_resid_pre/post "
                           f"(got {list(sites)}), no hooks on the bridge, and HF modules that compute the bridge's logits "
                           f"(TL's GPT-2 does not); pass native=None")
-    return Decoder(model, native_model.unwrapped(model) if possible and native is not False else None)
+    return Decoder(model, native_model.unwrapped(model) if possible and native is not False else None, cached)
