@@ -20,7 +20,6 @@ from interp import run
 from interp.errors import InterpError
 from interp.metrics import logit_diff
 from interp.model import input_device, name_of
-from interp.model.resuming import new_kv_cache
 from interp.results import Grid
 from interp.sites import check_hook_names, hook_name, kind_of
 from interp.tasks.base import pad_id
@@ -148,7 +147,7 @@ def generate(
     finished, n_generated = torch.zeros(batch, dtype=torch.bool, device=dev), torch.zeros(batch, dtype=torch.long, device=dev)
     # per step: which rows were still generating, one [batch] projection per steer, the new tokens
     alive, recorded, new = [], [], []
-    kv = new_kv_cache(model) if use_cache else None
+    kv = step_forward.new_cache()
     cache_kw = step_forward.cache_kwargs(kv)
 
     for step in range(max_new_tokens):
