@@ -13,7 +13,8 @@
 - no capability (a subpackage, or a task family in `interp.tasks`) exports more than 15 names in
   `__all__`; rarely used names stay importable from their modules;
 - the runner owns every engine: no module outside `interp.run` imports one of its modules (only the
-  package, `interp.run`), nor tests an engine's name (a comparison with a name in the runner's
+  package, `interp.run`) or the block internals its engines call (`interp.model.native`,
+  `interp.model.resuming`; the model package aside), nor tests an engine's name (a comparison with a name in the runner's
   `ENGINES`): capabilities say what to compute, never how.
 
 Each rule is proven on a planted violation (a small package written to tmp_path). What still
@@ -285,6 +286,10 @@ def surfaces(root: Path, limit: int = 15) -> list[tuple[str, str]]:
     return found
 
 
+# the model's internals that only the runner's engines (and the model package) call
+ENGINE_INTERNALS = ("model.native", "model.resuming")
+
+
 def engine_names(root: Path) -> set[str]:
     """The runner's engine names: the strings of every `ENGINES = (...)` in its modules."""
     names = set()
@@ -301,6 +306,7 @@ def engine_branches(root: Path) -> list[tuple[str, str]]:
     """(module, what) for each module outside the runner that imports one of the runner's modules
     (the package itself is the interface) or compares a value with an engine's name."""
     run = f"{root.name}.run"
+    internals = {f"{root.name}.{m}" for m in ENGINE_INTERNALS}
     engines = engine_names(root)
     mods = modules(root)
     found = []
@@ -311,6 +317,8 @@ def engine_branches(root: Path) -> list[tuple[str, str]]:
         for _, target, _ in _imports(name, path, mods, tree):
             if target.startswith(run + "."):
                 found.append((name, f"imports engine module {target}"))
+            elif target in internals and not (name == f"{root.name}.model" or name.startswith(f"{root.name}.model.")):
+                found.append((name, f"imports the engines' block internals {target}"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare):
                 for side in [node.left, *node.comparators]:
@@ -460,7 +468,8 @@ def test_a_planted_capability_with_over_15_names_fails(tmp_path):
         ("pkg.cap", "exports 16 names (over 15)")}
 
 
-RUNNER_PACKAGE = {"run.py": None, "run/__init__.py": "from pkg.run.engine import evaluate\n",
+RUNNER_PACKAGE = {"run.py": None, "run/__init__.py": "from pkg.run.engine import evaluate\n", "model/__init__.py": "",
+                  "model/native.py": "", "model/resuming.py": "from pkg.model import native\n",
                   "run/engine.py": "ENGINES = ('runner', 'native packed')\n\ndef evaluate(v):\n    return v\n"}
 
 
@@ -469,6 +478,8 @@ RUNNER_PACKAGE = {"run.py": None, "run/__init__.py": "from pkg.run.engine import
     ("def f():\n    from pkg.run import engine\n", "imports engine module pkg.run.engine"),
     ("def f(meta):\n    return 1 if meta['path'] == 'native packed' else 2\n", "tests engine name 'native packed'"),
     ("def f(path):\n    return 'runner' != path\n", "tests engine name 'runner'"),
+    ("from pkg.model import native\n", "imports the engines' block internals pkg.model.native"),
+    ("def f():\n    from pkg.model.resuming import resume\n", "imports the engines' block internals pkg.model.resuming"),
 ])
 def test_a_planted_engine_branch_outside_the_runner_fails(tmp_path, code, what):
     root = _plant(tmp_path, {**CLEAN, **RUNNER_PACKAGE, "cap/b.py": code})
