@@ -14,10 +14,11 @@ import math
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable
 
 from interp.errors import InterpError
 
-__all__ = ["REPROS", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 
 def _hook_label(name: str, aliases: list[str], prefix: str = "") -> str:
@@ -130,11 +131,6 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
-# `interp repro NAME`: the names of interp.studies.protocol.REGISTRY, copied here so that `interp --help`
-# imports no study (tests/test_study_protocol.py holds the two equal)
-REPROS = ("circuits", "cores", "extractive", "grokking", "heuristic-core", "illusions", "specialization", "steering")
-
-
 def _seeds(text: str) -> int | list[int]:
     """`--seeds 3` (seeds 0, 1, 2) or `--seeds 0,4,7`."""
     try:
@@ -191,7 +187,6 @@ def _repro(args: argparse.Namespace) -> int:
         check_writable(args.out)
     if args.units:
         check_writable(args.units, folder=True)
-    # every registered study has one repro signature (interp.studies.protocol; tests/test_study_protocol.py)
     result = protocol.get(args.name).repro(progress=not args.json, models=args.model, budget=args.budget,
                                              overrides=_overrides(args), units=args.units)
     if args.out:  # the study's one JSON, whole or not at all
@@ -322,8 +317,9 @@ def _add_sweep(sub) -> None:
 
 def _add_repro(sub) -> None:
     """repro: a paper's study with its budget and overrides (interp.studies)."""
-    p = sub.add_parser("repro", help="reproduce a paper's study (resumable units; --budget quick or paper)")
-    p.add_argument("name", choices=sorted(REPROS), help="which study")
+    p = sub.add_parser("repro", help="reproduce a paper's study (resumable units; --budget quick or paper)",
+                       studies=_runnable)
+    p.add_argument("name", help="which study (listed below)")
     p.add_argument("--budget", default="quick",
                    help="the study's budget: quick (default; what the tests run) or paper (the paper's schedule)")
     p.add_argument("--steps", type=int, default=None, help="override the budget's steps")
@@ -342,8 +338,8 @@ def _add_repro(sub) -> None:
                         "repeat for several; default: the study's own models")
     p.add_argument("--json", action="store_true", help="print one JSON object and no progress bars")
     p.set_defaults(func=_repro)
-    p = sub.add_parser("doc", help="refill a study doc's generated regions from its JSON (no runs)")
-    p.add_argument("name", choices=sorted(REPROS), help="which study")
+    p = sub.add_parser("doc", help="refill a study doc's generated regions from its JSON (no runs)", studies=_registered)
+    p.add_argument("name", help="which study or bound doc (listed below)")
     p.add_argument("--json", dest="json_path", required=True, metavar="FILE.json", help="the study's JSON (`interp repro --out`)")
     p.add_argument("--doc", required=True, metavar="FILE.md", help="the markdown whose <!-- gen:NAME --> regions are rewritten")
     p.set_defaults(func=_doc)
@@ -377,13 +373,33 @@ def _add_circuit_and_steer(sub) -> None:
     p.set_defaults(func=_steer)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with every command's `--debug` and usage errors on one line (exit 2)."""
+def _runnable() -> list[str]:
+    from interp.studies.protocol import runnable
 
-    def __init__(self, *args, **kwargs) -> None:
+    return runnable()
+
+
+def _registered() -> list[str]:
+    from interp.studies.protocol import REGISTRY
+
+    return list(REGISTRY)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with every command's `--debug` and usage errors on one line (exit 2). `studies` lists the
+    names a command takes under its help; it is read only when the help is shown, so parsing a command
+    line imports no study (a name not registered is refused by `interp.studies.protocol.get`)."""
+
+    def __init__(self, *args, studies: Callable[[], list[str]] | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._studies = studies
         self.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                           help="on an error, show its traceback instead of one line")
+
+    def format_help(self) -> str:
+        if self._studies is not None:
+            self.epilog = f"studies: {', '.join(self._studies())}"
+        return super().format_help()
 
     def error(self, message: str):
         self.exit(2, f"interp: error: {message} (see `{self.prog} --help`)\n")

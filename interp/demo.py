@@ -123,10 +123,11 @@ def section_circuit(workdir: Path) -> list[Any]:
 
 def _sections() -> list[Callable[[Path], list[Any]]]:
     """The demo's sections in order: the zoo, one model per family, patching, circuits, then each study's."""
-    from interp.studies import STUDIES
+    from interp.studies import demo_sections
+    from interp.studies.circuits import demo_section  # placed above as the circuit section
 
     return [section_zoo, section_models, section_patching, section_circuit,
-            *(study.demo_section for study in STUDIES.values())]
+            *(s for s in demo_sections() if s is not demo_section)]
 
 
 def run_demo(out: Path) -> Path:

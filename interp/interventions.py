@@ -19,7 +19,9 @@ protocol (`interp.steering.Steer`, the simplifiers); the generic ones live here:
     Project     keep / remove / flip a subspace (algorithmic cores), at all or chosen positions
 
 A *weight edit* changes parameters instead, applied by the runner for the duration of a forward
-(`torch.func.functional_call`: the model's own tensors are never written):
+(`interp.run.runner.edited`: each edited parameter leaves its module's parameter dict and the edited
+tensor stands in its place as a plain attribute; the original goes back on exit, even on error, so the
+model's own tensors are never written):
 
     WeightDelta   w + scale * delta for named parameters (fine-tune deltas, grafting)
     WeightMask    w * mask for named parameters (parameter probing, pruning)

@@ -86,7 +86,7 @@ cells = [
     ),
     new_code_cell(
         "from IPython.display import Markdown\n"
-        "from interp.studies.specialization_doc import regions\n"
+        "from interp.studies.specialization.doc import regions\n"
         "Markdown(regions(result)['verdicts'] + '\\n\\n' + regions(result)['results'])"
     ),
     new_markdown_cell(

@@ -13,7 +13,7 @@ import torch
 import interp
 from interp.cores import extract, gradients, validate
 from interp.steering import Steer, axis_from_core, generate, random_axis
-from interp.studies import ace_real
+from interp.studies.cores import real as ace_real
 from interp.studies import cores as cores_study
 from interp.studies import steering as steering_study
 from interp.tasks import english, markov
@@ -101,7 +101,7 @@ def test_smollm2_sva_core_at_the_last_layer_is_necessary_and_sufficient(smollm2)
 
 
 def test_splice_replaces_only_marked_tables():
-    from interp.studies import ace_docs
+    from interp.studies.cores import doc as ace_docs
 
     md = "intro 1.5\n<!-- table:a -->\nold\n<!-- /table -->\nmid\n<!-- table:b -->\nkeep\n<!-- /table -->\n"
     out = ace_docs.splice(md, {"a": "| x |\n|---|\n| 0.250 |"})
@@ -114,7 +114,8 @@ def test_cores_doc_is_rendered_from_the_committed_json():
     import json
     from pathlib import Path
 
-    from interp.studies import ace_docs, docs
+    from interp.studies import docs
+    from interp.studies.cores import doc as ace_docs
     from interp.studies.verdicts import rejudge
 
     root = Path(__file__).resolve().parents[1] / "docs"

@@ -64,8 +64,6 @@ def test_doc_regions_are_bound(quick):
 def test_bad_input():
     with pytest.raises(InterpError, match="budget key"):
         study.repro(progress=False, budget="quick", overrides={"stepz": 3})
-    with pytest.raises(SystemExit):
-        study.main(["--doc", "x.md"])  # runs go through `interp repro`, not this module
 
 
 def test_the_capability_imports_no_study_and_keeps_a_small_surface():

@@ -13,9 +13,10 @@ import torch
 import interp
 from interp.cores import Core, controls, extract, validate
 from interp.errors import InterpError
-from interp.studies import ace_docs, ace_real
+from interp.studies.cores import doc as ace_docs
+from interp.studies.cores import real as ace_real
 from interp.studies import cores as cores_study
-from interp.studies import cores_zoo
+from interp.studies.cores import zoo as cores_zoo
 from interp.studies.verdicts import rejudge
 from interp.tasks import english, markov
 

@@ -302,12 +302,14 @@ def test_verdict_rules():
 
 def test_readme_study_table_is_the_jsons_verdict_words():
     """README's study table is generated from the committed JSONs' headline verdicts: a JSON whose
-    words change without `interp.studies.docs.write_readme` being rerun fails here."""
+    words change without `interp.studies.readme.write_readme` being rerun fails here."""
+    from interp.studies import readme as table
+
     readme = (DOCS.parent / "README.md").read_text()
-    begin, end = bound.README_BEGIN, bound.README_END
+    begin, end = table.README_BEGIN, table.README_END
     assert begin in readme and end in readme, "README.md lost its generated study table"
     shown = readme.split(begin, 1)[1].split(end, 1)[0].strip()
-    assert shown == bound.readme_table(DOCS), "README's study table is stale: run interp.studies.docs.write_readme"
+    assert shown == table.readme_table(DOCS), "README's study table is stale: run interp.studies.readme.write_readme"
 
 
 def test_headline_verdicts_are_the_outermost_words():
@@ -320,12 +322,13 @@ def test_the_readme_counts_every_claim_of_every_paper():
     """Per paper, every headline claim (interp.studies.claims) is counted under one word, the claims
     no study runs and those a committed JSON does not word included ("not run")."""
     from interp.studies import claims
+    from interp.studies import readme as table
 
-    entries = bound.paper_ledger(DOCS)
+    entries = table.paper_ledger(DOCS)
     assert sorted(e["id"] for e in entries) == sorted(c.id for c in claims.CLAIMS)
-    table = bound.papers_table(DOCS)
+    papers = table.papers_table(DOCS)
     for key, title in claims.PAPERS.items():
-        row = next(line for line in table.splitlines() if line.startswith(f"| {title} |"))
+        row = next(line for line in papers.splitlines() if line.startswith(f"| {title} |"))
         cells = [c.strip() for c in row.strip("|").split("|")][1:]
         total = sum(c.paper == key for c in claims.CLAIMS)
         assert int(cells[-1]) == total and sum(int(c) for c in cells[:-1]) == total
@@ -335,3 +338,20 @@ def test_the_readme_counts_every_claim_of_every_paper():
 def test_a_studys_claims_list_is_not_read_as_headline_verdicts():
     data = {"x": {"label": "X", "word": "partly"}, bound.LEDGER_KEY: [{"id": "hc.shared_core", "word": "partly"}]}
     assert bound.headline_verdicts(data) == [("/x", "X", "partly")]
+
+
+# ---- words about the code, not about how it was made ----
+
+ROOT = DOCS.parent
+# built from parts so that this file does not match itself
+PROCESS_WORDS = re.compile(r"\b" + "iss" + r"ues? ?#?\d+|\bthis ses" + r"sion\b|\bwas le" + r"nt\b", re.I)
+
+
+def test_no_issue_numbers_or_session_facts_in_code_tests_or_docs():
+    """Code, tests and user docs say what the code does, not which tracker entry asked for it or what a
+    working session had at hand (the committed result JSONs are data and keep their recorded labels)."""
+    files = [*ROOT.glob("interp/**/*.py"), *ROOT.glob("tests/*.py"), *DOCS.glob("*.md"), ROOT / "README.md",
+             *ROOT.glob("notebooks/*.py")]
+    found = [f"{path.relative_to(ROOT)}:{i}: {m.group(0)}" for path in files
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if (m := PROCESS_WORDS.search(line))]
+    assert found == [], found

@@ -7,7 +7,8 @@ import copy
 import pytest
 
 from interp.errors import InterpError
-from interp.studies import docs, extractive, extractive_doc
+from interp.studies import docs, extractive
+from interp.studies.extractive import doc as extractive_doc
 from interp.studies.units import comparable
 from interp.studies.verdicts import NOT_RUN, REPRODUCED, rejudge
 

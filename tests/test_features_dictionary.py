@@ -228,7 +228,7 @@ def test_suite_trains_scores_and_renders_its_doc(tmp_path, monkeypatch):
 
     from interp.features import suite
     from interp.studies import docs as bound
-    from interp.studies.features_doc import bodies
+    from interp.studies.features import bodies
 
     monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
     tiny = replace(suite.SUITES["zoo"], budgets={"quick": Recipe(n_features=64, k=4, lr=3e-3, tokens=1500, rows=16)},

@@ -56,7 +56,7 @@ def test_the_calibration_reproduces_its_points_within_its_stated_error():
             assert lo * (1 - 1e-9) <= ratios[-1] <= hi * (1 + 1e-9), p
     assert min(ratios) == pytest.approx(lo) and max(ratios) == pytest.approx(hi)  # the stated error is the spread, no wider
     assert lo * hi == pytest.approx(1.0)  # the fit sits in the geometric middle of the spread
-    # the issue's own points: SmolLM2's shape 45.7 ms over 2136 counted ops; the old 5-10 us a op was 2-7x optimistic
+    # the calibration file's own points: SmolLM2's shape 45.7 ms over 2136 counted ops; the old 5-10 us a op was 2-7x optimistic
     smol = next(p for p in CAL["points"] if p["model"] == "smollm2-135m")
     assert smol["ops"] == 2136 and smol["measured_ms"] == [45.7, 45.7]
     assert 10.0 < CAL["us_per_op"] < 52.0
@@ -162,7 +162,7 @@ def test_a_gpu_benchmarks_forward_rows_join_and_replace_points(tmp_path):
     assert cal["forwards"] == 6 and points["zoo:lm-gpt2"]["measured_ms"] == pytest.approx([6.75, 6.75])
     assert points["zoo:lm-gpt2"]["ops"] == 250  # counts from the file's point of the same model and shape
     assert points["big"]["device"] == "NVIDIA H100" and cal["date"] == "2027-01"
-    assert cal["devices"] == "NVIDIA H100 and NVIDIA H200" and cal["sources"] == ["gpu.json", "issue 36"]
+    assert cal["devices"] == "NVIDIA H100 and NVIDIA H200" and cal["sources"] == sorted(["gpu.json", RAW["cite"]])
     for p in cal["points"]:
         for ms in p["measured_ms"]:
             assert cal["error"][0] - 1e-9 <= ms * 1e-3 / _fitted(p, cal) <= cal["error"][1] + 1e-9
@@ -213,6 +213,6 @@ def _close(a, b) -> bool:
 
 
 def test_recalibrate_refuses_a_study_without_the_hook(tmp_path, monkeypatch):
-    monkeypatch.setitem(protocol.REGISTRY, "none", protocol.Entry("none", "interp.studies.units", "x:y"))
+    monkeypatch.setitem(protocol.REGISTRY, "none", protocol.Entry("none", "interp.studies.units"))
     with pytest.raises(InterpError, match="no recalibrate_gpu"):
         recalibrate("none", tmp_path / "x.json")

@@ -9,7 +9,7 @@ import torch
 from interp.errors import InterpError
 from interp.studies import docs as bound
 from interp.studies import grokking as study
-from interp.studies.grokking_doc import regions
+from interp.studies.grokking.doc import regions
 from interp.studies.units import comparable
 from interp.studies.verdicts import WORDS, rejudge
 

@@ -137,7 +137,7 @@ def test_quick_budget_end_to_end_and_resumes(tmp_path):
 
 
 def test_timing_scales_a_real_model_by_its_forward_profile_and_the_zoo_by_its_host_step():
-    from interp.studies.heuristic_core_cost import timing
+    from interp.studies.heuristic_core.cost import timing
 
     out = {"models": {"smollm2-135m": {"seconds_per_seed_step": 0.72}, "zoo:lm-gpt2": {"seconds_per_seed_step": 0.05}}}
     configs = [{"model": "smollm2-135m", "steps": 150}] * 4 + [{"model": "zoo:lm-gpt2", "steps": 9300}] * 8

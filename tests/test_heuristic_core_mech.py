@@ -13,7 +13,7 @@ import torch
 
 from interp.circuits import Graph
 from interp.studies import heuristic_core
-from interp.studies.heuristic_core_mech import GENERALIZED, departures, emergence, percentile_of, reading, reading_scores
+from interp.studies.heuristic_core.mech import GENERALIZED, departures, emergence, percentile_of, reading, reading_scores
 
 
 @pytest.mark.parametrize("heads, expected", [

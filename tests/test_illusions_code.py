@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from interp.studies import illusions, illusions_code as code
+from interp.studies import illusions
+from interp.studies.illusions import code
 from interp.studies.protocol import DEPARTURE_KEYS
 
 

@@ -15,7 +15,7 @@ from interp.probing import overlap_null, within_minus_across
 from interp.results import Grid
 from interp.studies import docs as bound
 from interp.studies import specialization as study
-from interp.studies.specialization_doc import regions
+from interp.studies.specialization.doc import regions
 from interp.studies.units import comparable
 from interp.studies.verdicts import WORDS, rejudge
 

@@ -1,4 +1,4 @@
-"""The steering study (interp.studies.steering, interp.studies.steer_real): the word-list judge on
+"""The steering study (interp.studies.steering, interp.studies.steering.real): the word-list judge on
 hand-written continuations, the framed prompts and their splits, the lever rule, the unit-driven
 repro on a zoo model (quick budget, resumed), and docs/steering.md bound to its JSON."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from interp.errors import InterpError
-from interp.studies import steer_real
+from interp.studies.steering import real as steer_real
 from interp.studies import steering as study
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -130,7 +130,7 @@ def test_doc_is_bound_to_its_json_and_moves_with_every_number():
 
     result = json.loads((DOCS / "steering_repro.json").read_text())
     md = (DOCS / "steering.md").read_text()
-    for name, body in study.doc_regions(result).items():  # the doc holds exactly what the JSON renders
+    for name, body in study.regions(result).items():  # the doc holds exactly what the JSON renders
         assert f"<!-- gen:{name} -->\n{body}\n<!-- /gen:{name} -->" in md, name
     assert bound.check(md, result) == [] and bound.prose_numbers(md, result) == []
     keys = list(bound.keys_of(md))

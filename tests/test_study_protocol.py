@@ -1,7 +1,7 @@
 """Every study `interp repro` runs has one shape (interp.studies.protocol): a NAME, BUDGETS
-with quick and paper, repro(progress, models, budget, overrides, units) and write_doc(json_path,
-doc_path); the CLI's names are the registry's, and each registered doc writer refills its committed
-doc from its committed JSON exactly."""
+with quick and paper, repro(progress, models, budget, overrides, units), departures and regions,
+behind one write_doc(json_path, doc_path); the CLI reads the registry, and every registered doc (the
+bound docs included) is refilled from its committed JSON byte for byte."""
 
 from __future__ import annotations
 
@@ -12,24 +12,38 @@ from pathlib import Path
 
 import pytest
 
-from interp.cli import REPROS
 from interp.errors import InterpError
 from interp.studies import protocol
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
-@pytest.mark.parametrize("name", sorted(protocol.REGISTRY))
+@pytest.mark.parametrize("name", protocol.runnable())
 def test_every_registered_study_satisfies_the_protocol(name):
     s = protocol.get(name)
     assert s.NAME == name and protocol.problems(s) == []
     assert getattr(s.load(), "STUDY", name) == name  # a module that names its unit store names it the same way
 
 
-def test_the_cli_offers_exactly_the_registered_studies():
-    assert sorted(REPROS) == sorted(protocol.REGISTRY)
+def test_the_cli_lists_the_registered_studies_and_refuses_others(capsys):
+    from interp.cli import build_parser, main
+
+    sub = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction").choices
+    assert f"studies: {', '.join(protocol.runnable())}" in " ".join(sub["repro"].format_help().split())
+    assert f"studies: {', '.join(protocol.REGISTRY)}" in " ".join(sub["doc"].format_help().split())
+    assert "features" in protocol.REGISTRY and "features" not in protocol.runnable()
     with pytest.raises(InterpError, match="give one of: circuits, cores"):
         protocol.get("steer")
+    assert main(["repro", "steer"]) == 2 and "give one of" in capsys.readouterr().err
+    with pytest.raises(InterpError, match="interp repro. does not make"):
+        protocol.get("features").repro()
+
+
+def test_studies_register_themselves_and_a_second_owner_of_a_name_is_refused():
+    assert protocol.get("steering").module == "interp.studies.steering"
+    with pytest.raises(InterpError, match="registered by interp.studies.steering already"):
+        protocol.bound_doc("steering", lambda data: {})
+    assert "steering" in protocol.REGISTRY and protocol.get("steering").runs
 
 
 def _good(**changes):
@@ -57,15 +71,16 @@ def test_problems_names_what_breaks_the_protocol(change, expect):
     assert any(expect in p for p in found), found
 
 
-def test_a_registered_doc_writer_in_the_wrong_order_is_caught():
-    wrong = protocol.Entry("steering", "interp.studies.steering", "interp.studies.steering:nope", "json,doc")
-    assert any("is not a function" in p for p in protocol.problems(wrong))
+def test_a_study_module_without_regions_is_caught():
+    wrong = protocol.Entry("x", "interp.studies.units")  # a module with no repro, departures or regions
+    assert any("no regions(result)" in p for p in protocol.problems(wrong))
 
 
-@pytest.mark.parametrize("name", sorted(protocol.REGISTRY))
+@pytest.mark.parametrize("name", list(protocol.REGISTRY))
 def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
-    stem = name.replace("-", "_")
-    doc, data = DOCS / f"{stem}.md", DOCS / f"{stem}_repro.json"
+    """Every registered doc, refilled from its committed JSON, is the committed doc byte for byte."""
+    entry = protocol.get(name)
+    doc, data = DOCS / entry.doc_name, DOCS / entry.json_name
     copy = tmp_path / doc.name
     shutil.copy(doc, copy)
     marker = "<!-- gen:"
@@ -74,7 +89,7 @@ def test_write_doc_refills_the_committed_doc_from_its_json(tmp_path, name):
     body_start = text.index("-->", start) + 3
     end = text.index("<!-- /gen:", body_start)
     copy.write_text(text[:body_start] + "\nstale\n" + text[end:])
-    commit = json.loads(data.read_text())["provenance"].get("commit")
+    commit = json.loads(data.read_text()).get("provenance", {}).get("commit", "bound")
     if not commit or commit.endswith("+dirty"):  # made from a dirty tree: refused until rerun clean
         with pytest.raises(InterpError, match="commit, then rerun the aggregation"):
             protocol.get(name).write_doc(data, copy)
@@ -120,7 +135,7 @@ def test_the_doc_writer_refuses_a_json_from_a_dirty_tree(tmp_path, commit):
         protocol.get("heuristic-core").write_doc(path, copy)
 
 
-@pytest.mark.parametrize("name", sorted(protocol.REGISTRY))
+@pytest.mark.parametrize("name", protocol.runnable())
 def test_every_study_lists_how_its_paper_budget_departs_from_the_paper(name):
     module = protocol.get(name).load()
     rows = module.departures(dict(module.BUDGETS["paper"]))

@@ -70,14 +70,15 @@ def test_every_judge_call_of_the_studies_names_its_null():
     import interp.studies
 
     missing = []
-    for path in sorted(Path(interp.studies.__file__).parent.glob("*.py")):
-        if path.name in ("verdicts.py", "steer_real.py"):  # the rules themselves; steer_real's judge is the number judge
+    root = Path(interp.studies.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() in ("verdicts.py", "steering/real.py"):  # the rules themselves; real.py judges numbers
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             # judge(...) and extractive's judge_(...) (a prefixing wrapper); not english.judge (the grammar judge)
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("judge", "judge_"):
                 if not any(k.arg in ("null", None) for k in node.keywords):
-                    missing.append(f"{path.name}:{node.lineno}")
+                    missing.append(f"{path.relative_to(root)}:{node.lineno}")
     assert missing == [], f"judge calls that do not name their null: {missing}"
 
 

@@ -16,7 +16,7 @@ that for every key of every doc).
 
 `prose_numbers(markdown, data)` lists the numbers of hand-written text (outside regions, code spans,
 comments and headings' anchors) that are not tied to a key: allowed are years, reference numbers
-("Table 2", "Figure 3", "issue 26", "claim 1", "§4") and numbers found under the JSON's non-result
+("Table 2", "Figure 3", "claim 1", "§4") and numbers found under the JSON's non-result
 blocks ("paper": the paper's own numbers; "budget": the run's configuration).
 
     r = Render(result)
@@ -36,7 +36,7 @@ from interp.errors import InterpError
 from interp.files.storage import fill_between, write_text_atomic
 from interp.studies.verdicts import dicts_in
 
-__all__ = ["COMMON_REGIONS", "Checker", "Render", "check", "common_regions", "write_common", "get", "headline_verdicts", "keys_of", "paper_ledger", "papers_table", "readme_table", "write_readme", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
+__all__ = ["COMMON_REGIONS", "Checker", "Render", "check", "common_regions", "write_common", "get", "headline_verdicts", "keys_of", "numbers_in", "pointer", "prose_numbers", "regions", "set_at", "write",
            "ALLOWED_BLOCKS"]
 
 # a number not glued to a word or a hyphenated name ("h0", "L3H2", "Gemma-3", "4-layer" are labels),
@@ -46,8 +46,8 @@ CODE = re.compile(r"`[^`\n]*`")
 COMMENT = re.compile(r"<!--.*?-->", re.S)
 REGION = re.compile(r"<!-- gen:([\w.-]+) -->\n(.*?)\n<!-- /gen:\1 -->", re.S)
 KEYS = re.compile(r"<!-- keys: (\[.*?\]) -->", re.S)
-# a number that refers to a place, not a result: "Table 2", "Fig. 3", "issue 26", "claim 1", "§4"
-REFERENCE = re.compile(r"(?:table|tables|fig\.?|figure|figures|section|sec\.|§|eq\.?|equation|appendix|issue|issues|"
+# a number that refers to a place, not a result: "Table 2", "Fig. 3", "claim 1", "§4"
+REFERENCE = re.compile(r"(?:table|tables|fig\.?|figure|figures|section|sec\.|§|eq\.?|equation|appendix|"
                        r"claim|claims|step|item|bullet|part|hop|arxiv|iclr|neurips|icml)\s*$", re.I)
 ALLOWED_BLOCKS = ("paper", "budget")
 
@@ -305,87 +305,6 @@ def headline_verdicts(data: Any, path: str = "") -> list[tuple[str, str, str]]:
 
 
 LEDGER_KEY = "paper_claims"  # a study JSON's list of its paper's claims (interp.studies.claims.ledger)
-STALE = "was made before its verdicts named their claims: rerun its aggregation"
-
-
-def study_name(json_name: str) -> str:
-    """The registered study of docs/X_repro.json ("heuristic_core_repro.json" -> "heuristic-core")."""
-    return json_name.replace("_repro.json", "").replace("_", "-")
-
-
-def paper_ledger(docs_dir: str | Path) -> list[dict]:
-    """Every claim of the five papers with its word: from each committed JSON's "paper_claims" list (or,
-    for a JSON made before it had one, claims.ledger on it), and claims.unassigned() for the rest."""
-    from interp.studies.claims import CLAIMS, ledger, unassigned
-
-    by_study: dict[str, list[dict]] = {}
-    for path in sorted(Path(docs_dir).glob("*_repro.json")):
-        name, data = study_name(path.name), json.loads(path.read_text())
-        entries = data.get(LEDGER_KEY)
-        if entries is None:
-            entries = ledger(name, data)
-            for e in entries:
-                if e["word"] == "not run" and e.get("needs", "").startswith("its verdict is not in"):
-                    e["needs"] = f"{path.name} {STALE}"
-        by_study[name] = entries
-    out = [e for entries in by_study.values() for e in entries] + unassigned()
-    seen = {e["id"] for e in out}
-    for c in CLAIMS:  # a claim whose study has no committed JSON
-        if c.id not in seen:
-            out.append({"id": c.id, "paper": c.paper, "text": c.text, "word": "not run",
-                        "needs": f"no committed JSON of study {c.study!r}"})
-    return out
-
-
-def readme_table(docs_dir: str | Path) -> str:
-    """The README's study table: per docs/X_repro.json, its headline verdicts (interp.studies.verdicts
-    words as stored, so the README never says more than a JSON) and their combination."""
-    from interp.studies.verdicts import combine
-
-    lines = ["| study | its claims, as its JSON words them | overall |", "|---|---|---|"]
-    for data in sorted(Path(docs_dir).glob("*_repro.json")):
-        doc = data.name.replace("_repro.json", ".md")
-        found = headline_verdicts(json.loads(data.read_text()))
-        if not found:
-            lines.append(f"| `docs/{doc}` | no verdict words in `{data.name}` yet: read the doc | |")
-            continue
-        claims = "; ".join(f"{label}: **{word}**" for _, label, word in found)
-        lines.append(f"| `docs/{doc}` | {claims} | {combine(w for _, _, w in found)} |")
-    return "\n".join(lines + ["", papers_table(docs_dir)])
-
-
-def papers_table(docs_dir: str | Path) -> str:
-    """Per paper, how many of its headline claims (interp.studies.claims, the ones no study runs
-    included) carry each verdict word, from the committed JSONs."""
-    from interp.studies.claims import PAPERS, counts
-    from interp.studies.verdicts import WORDS
-
-    order = list(reversed(WORDS))  # best first: reproduced, partly, ..., not run
-    entries = paper_ledger(docs_dir)
-    lines = ["| paper | " + " | ".join(order) + " | claims |", "|---|" + "---|" * (len(order) + 1)]
-    for key, title in PAPERS.items():
-        mine = [e for e in entries if e["paper"] == key]
-        n = counts(mine)
-        lines.append(f"| {title} | " + " | ".join(str(n[w]) for w in order) + f" | {len(mine)} |")
-    stale: dict[str, list[str]] = {}
-    for e in entries:
-        if e["word"] == "not run" and e.get("needs", "").endswith(STALE):
-            stale.setdefault(e["needs"].split(" ", 1)[0], []).append(f"`{e['id']}`")
-    if stale:
-        lines.append("\nCounted \"not run\" because the study's committed JSON was made before its verdicts named "
-                     "their claims (its words are in the row above; rerun its aggregation to count them): "
-                     + "; ".join(f"`docs/{f}`: {', '.join(ids)}" for f, ids in stale.items()) + ".")
-    return "\n".join(lines)
-
-
-README_BEGIN, README_END = "<!-- gen:studies -->", "<!-- /gen:studies -->"
-
-
-def write_readme(readme: str | Path, docs_dir: str | Path) -> Path:
-    """Refill the README's study table from the committed JSONs."""
-    return fill_between(readme, README_BEGIN, README_END, readme_table(docs_dir))
-
-
 # Two regions every study doc carries, filled from its JSON by `interp.studies.protocol.Entry.write_doc`
 # after the study's own writer: its paper's claims with their words, and its budget's departures.
 COMMON_REGIONS = {LEDGER_KEY: "Every claim of the paper", "departures": "How this budget departs from the paper"}

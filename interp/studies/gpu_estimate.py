@@ -15,7 +15,7 @@ range [fit x error low, fit x error high]. Bandwidth and FLOP rates stay assumed
 forward was bound by them). An estimate, not a measurement: the doc says so beside every number.
 
 Calibration file (format "interp.gpu_calibration/1"): `device`, `date` ("YYYY-MM"), `source`, `cite`
-(how a doc names the source, e.g. "issue 36"), `bounds_assumed` ({"gb_per_s", "tflops"}) and
+(a short label of the source, kept in each study JSON's calibration block), `bounds_assumed` ({"gb_per_s", "tflops"}) and
 `points`, each {"model", "batch", "seq", "measured_ms", "ops", "weight_bytes", "flops"}, where
 `measured_ms` is a number or a [low, high] range (a source that gives one range over several models),
 and ops/bytes/FLOPs are what `forward_profile` counts for that forward. Its `include` list names
@@ -249,9 +249,8 @@ def forward_profile(model, batch: int, seq: int, repeats: int = 3, cal: dict[str
 def calibration_words(num: Callable[..., str], cal: dict[str, Any]) -> str:
     """The calibrated per-op cost and the error left after the fit, as a doc says them: `num(*keys)`
     renders a value of a `calibration` block (bound to the JSON by the caller); `cal` is that block."""
-    sources = " and ".join(f"`{s}`" for s in cal["sources"])  # labels ("issue 36"): code spans, not results
     return (f"{num('us_per_op')} µs each (a host cost per op fitted to {num('forwards')} bridge forwards measured on one "
-            f"{cal['devices']}, as reported in {sources} in {cal['month_name']} {num('year')}; after that fit the estimate "
+            f"{cal['devices']} in {cal['month_name']} {num('year')}, each with its source in `interp/data/{cal['file']}`; after that fit the estimate "
             f"was still off by {num('error', 0)}–{num('error', 1)} times, measured over estimated, so each GPU figure is "
             "that range)")
 

@@ -1,18 +1,24 @@
-"""The one shape of a study and the registry `interp repro NAME` dispatches through.
+"""The one shape of a study and the table of studies that `interp repro` / `interp doc`, the README's
+study table and the tests read.
 
-A study is a module of interp.studies with `BUDGETS` (at least "quick", what the tests run, and
-"paper") and `repro(progress, models, budget, overrides, units) -> dict`; its doc is written by
-`write_doc(json_path, doc_path) -> Path` (the study's JSON in, its markdown's generated regions
-refilled). The studies grew their doc writers with different argument orders (doc first, the JSON
-first, the loaded dict); `REGISTRY` wraps each in that one signature, so callers (the CLI, tests)
-never special-case a study. Output paths always come from the caller: nothing here names docs/.
+A study is a folder of interp.studies (one per paper) whose package module has `BUDGETS` (at least
+"quick", what the tests run, and "paper"), `repro(progress, models, budget, overrides, units) -> dict`,
+`departures(budget_values)` and `regions(result) -> {region name: body}` (its doc's generated regions,
+rendered with `interp.studies.docs.Render`), and registers itself where `repro` is defined:
 
-    from interp.studies.protocol import get
+    @study("steering")
+    def repro(progress=True, models=None, budget="quick", overrides=None, units=None): ...
+
+A doc bound to a JSON that no `repro` writes registers its renderer in one line:
+
+    bound_doc("features", regions, json_name="features.json")
+
+`REGISTRY` is only the table: its first read imports every folder of interp.studies, whose
+registrations fill it, so nothing here names a study. Output paths always come from the caller.
+
     s = get("steering")
     result = s.repro(budget="quick")           # s.BUDGETS, s.NAME
     s.write_doc("docs/steering_repro.json", "docs/steering.md")
-
-Nothing is imported until a study is asked for (the CLI's --help stays torch-free).
 """
 
 from __future__ import annotations
@@ -20,16 +26,21 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import pkgutil
+from collections import UserDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from interp.errors import InterpError
 
-__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "add_departures", "get", "problems", "require_clean", "study_json"]
+__all__ = ["REPRO_PARAMETERS", "REGISTRY", "Entry", "StudyProtocol", "add_departures", "bound_doc", "get", "problems",
+           "require_clean", "runnable", "study", "study_json"]
 
 # repro's parameters, in order, each with a default (so `repro()` runs the quick budget)
 REPRO_PARAMETERS = ("progress", "models", "budget", "overrides", "units")
+
+Regions = Callable[[dict], dict]
 
 
 class StudyProtocol(Protocol):
@@ -46,14 +57,17 @@ class StudyProtocol(Protocol):
 
 @dataclass(frozen=True)
 class Entry:
-    """One registered study: `module` holds BUDGETS and repro; `doc` is the doc writer as
-    "module:function" and `order` the arguments that function takes ("doc,json": the two paths,
-    doc first; "json,doc"; "result,doc" / "doc,result": the loaded JSON dict instead of its path)."""
+    """One registered study or bound doc: `module` is the module that registered it (a study's holds
+    BUDGETS, repro, departures and regions); `regions` renders the doc's generated regions from the
+    loaded JSON (None: the module's `regions`); `runs` is False for a doc whose JSON no `repro` writes (it gets no claims and departures
+    regions); `json_name` / `doc_name` are its committed files under docs/."""
 
     NAME: str
     module: str
-    doc: str
-    order: str = "json,doc"
+    regions: Regions | None = None
+    runs: bool = True
+    json_name: str = ""
+    doc_name: str = ""
 
     def load(self):
         return importlib.import_module(self.module)
@@ -69,6 +83,9 @@ class Entry:
         from interp.studies.claims import ledger
         from interp.studies.docs import LEDGER_KEY
 
+        if not self.runs:
+            raise InterpError(f"{self.NAME} is a doc bound to docs/{self.json_name}, which `interp repro` does not make; "
+                              f"give one of: {', '.join(runnable())}")
         module = self.load()
         result = module.repro(progress=progress, models=models, budget=budget, overrides=overrides, units=units)
         result.setdefault("study", self.NAME)  # whose JSON this is: `write_doc` refuses another study's
@@ -79,23 +96,88 @@ class Entry:
         return result
 
     def write_doc(self, json_path: str | Path, doc_path: str | Path) -> Path:
-        """Refill the generated regions of the markdown at `doc_path` from the study JSON at `json_path`
-        (refused for a JSON made from a tree with uncommitted changes: `require_clean`)."""
-        module, _, name = self.doc.partition(":")
-        given: dict[str, Any] = {"json": Path(json_path), "doc": Path(doc_path)}
-        data = study_json(json_path, self.NAME)
-        require_clean(data, json_path)
-        if "result" in self.order:
-            given["result"] = data
-        from interp.studies.docs import write_common
+        """Refill the generated regions of the markdown at `doc_path` from the JSON at `json_path`
+        (refused for a study JSON made from a tree with uncommitted changes: `require_clean`)."""
+        from interp.studies.docs import write, write_common
 
+        data = study_json(json_path, self.NAME)
+        if self.runs:
+            require_clean(data, json_path)
         try:
-            out = Path(getattr(importlib.import_module(module), name)(*(given[a] for a in self.order.split(","))))
+            bodies = (self.regions or self.load().regions)(data)
         except (KeyError, IndexError, TypeError, AttributeError) as err:  # a JSON of another shape than this study's
             raise InterpError(f"{json_path}: the {self.NAME} doc needs a field this JSON lacks or holds otherwise "
                               f"({type(err).__name__}: {err}); give the JSON `interp repro {self.NAME} --out` wrote") from err
-        write_common(doc_path, data)
+        out = write(doc_path, bodies)
+        if self.runs:
+            write_common(doc_path, data)
         return out
+
+
+class _Table(UserDict):
+    """name -> Entry. The first read imports every study folder of interp.studies (each registers itself
+    on import), so the table is whole whoever reads it first."""
+
+    _filled = False
+
+    def _fill(self) -> None:
+        if not _Table._filled:
+            _Table._filled = True
+            for found in pkgutil.iter_modules([str(Path(__file__).parent)]):
+                if found.ispkg:
+                    importlib.import_module(f"{__package__}.{found.name}")
+
+    def __getitem__(self, key: str) -> Entry:
+        self._fill()
+        return self.data[key]
+
+    def __contains__(self, key: object) -> bool:
+        self._fill()
+        return key in self.data
+
+    def __iter__(self):
+        self._fill()
+        return iter(sorted(self.data))
+
+    def __len__(self) -> int:
+        self._fill()
+        return len(self.data)
+
+
+REGISTRY: _Table = _Table()
+
+
+def _add(entry: Entry) -> Entry:
+    stem = entry.NAME.replace("-", "_")
+    entry = Entry(entry.NAME, entry.module, entry.regions, entry.runs,
+                  entry.json_name or f"{stem}_repro.json", entry.doc_name or f"{stem}.md")
+    old = REGISTRY.data.get(entry.NAME)
+    if old is not None and old.module != entry.module:
+        raise InterpError(f"study {entry.NAME!r} is registered by {old.module} already; {entry.module} needs another name")
+    REGISTRY.data[entry.NAME] = entry
+    return entry
+
+
+def study(name: str) -> Callable[[Callable], Callable]:
+    """Register the study whose `repro` this decorates as `interp repro NAME`: its module (the package of
+    the paper's folder) holds BUDGETS, departures and regions beside it."""
+    def register(repro: Callable) -> Callable:
+        _add(Entry(name, repro.__module__))
+        return repro
+
+    return register
+
+
+def bound_doc(name: str, regions: Regions, *, json_name: str = "", doc_name: str = "") -> Entry:
+    """Register docs/`doc_name` (default NAME.md, hyphens as underscores) as bound to docs/`json_name`
+    (default NAME.json), refilled by `interp doc NAME` from `regions(data)`; no `repro` makes its JSON."""
+    stem = name.replace("-", "_")
+    return _add(Entry(name, regions.__module__, regions, False, json_name or f"{stem}.json", doc_name or f"{stem}.md"))
+
+
+def runnable() -> list[str]:
+    """The names `interp repro` runs (the registered studies, not the bound docs)."""
+    return [n for n in REGISTRY if REGISTRY[n].runs]
 
 
 def study_json(json_path: str | Path, study: str) -> dict[str, Any]:
@@ -155,22 +237,10 @@ def require_clean(data: dict[str, Any], json_path: str | Path) -> None:
                               "commit, then rerun the aggregation (a clean checkout, e.g. `git worktree add --detach`)")
 
 
-REGISTRY: dict[str, Entry] = {s.NAME: s for s in (
-    Entry("circuits", "interp.studies.circuits", "interp.studies.circuits:write_doc", "doc,result"),
-    Entry("cores", "interp.studies.cores", "interp.studies.ace_docs:update", "doc,json"),
-    Entry("extractive", "interp.studies.extractive", "interp.studies.extractive_doc:write_doc", "doc,json"),
-    Entry("grokking", "interp.studies.grokking", "interp.studies.grokking:write_doc", "doc,json"),
-    Entry("heuristic-core", "interp.studies.heuristic_core", "interp.studies.heuristic_core_doc:write_doc", "doc,json"),
-    Entry("illusions", "interp.studies.illusions", "interp.studies.illusions:write_doc", "doc,json"),
-    Entry("specialization", "interp.studies.specialization", "interp.studies.specialization:write_doc", "result,doc"),
-    Entry("steering", "interp.studies.steering", "interp.studies.steering:write_doc", "json,doc"),
-)}
-
-
 def get(name: str) -> Entry:
-    """The registered study behind `interp repro NAME`."""
+    """The registered study (or bound doc) behind `interp repro NAME` / `interp doc NAME`."""
     if name not in REGISTRY:
-        raise InterpError(f"no study {name!r}; give one of: {', '.join(sorted(REGISTRY))}")
+        raise InterpError(f"no study {name!r}; give one of: {', '.join(REGISTRY)}")
     return REGISTRY[name]
 
 
@@ -187,7 +257,7 @@ def _signature_problems(what: str, fn: Callable, names: Sequence[str], defaults:
 def problems(s: Any) -> list[str]:
     """What keeps `s` from being a study (empty when it is one): its NAME, BUDGETS with quick and
     paper, repro with REPRO_PARAMETERS (all defaulted), write_doc(json_path, doc_path) and, for an `Entry`,
-    its module's `departures(budget_values) -> [{what, ours, paper, why}]`."""
+    its module's `departures(budget_values) -> [{what, ours, paper, why}]` and `regions(result)`."""
     out = []
     if not isinstance(getattr(s, "NAME", None), str) or not s.NAME:
         out.append("no NAME")
@@ -199,12 +269,12 @@ def problems(s: Any) -> list[str]:
         out += [f"no {attr}"] if not callable(fn) else _signature_problems(attr, fn, names, defaults)
     if isinstance(s, Entry):  # the module underneath: the wrapper must reach real functions
         module = s.load()
-        out += _signature_problems(f"{s.module}.repro", module.repro, REPRO_PARAMETERS, True)
+        repro = getattr(module, "repro", None)
+        out += [f"{s.module} has no repro"] if not callable(repro) else \
+            _signature_problems(f"{s.module}.repro", repro, REPRO_PARAMETERS, True)
         if not callable(getattr(module, "departures", None)):
             out.append(f"{s.module} has no departures(budget_values): the ways its budgets differ from the paper's")
-        doc_module, _, doc_fn = s.doc.partition(":")
-        fn = getattr(importlib.import_module(doc_module), doc_fn, None)
-        n = len(s.order.split(","))
-        if fn is None or len(inspect.signature(fn).parameters) < n:
-            out.append(f"{s.doc} is not a function of {n} arguments ({s.order})")
+        regions = getattr(module, "regions", None)
+        if not callable(regions) or len(inspect.signature(regions).parameters) != 1:
+            out.append(f"{s.module} has no regions(result): its doc's generated regions from its JSON")
     return out

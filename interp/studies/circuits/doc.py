@@ -1,19 +1,16 @@
 """docs/circuits.md's generated regions, rendered from one `interp repro circuits` JSON (the study's
-code is interp.studies.circuits; `python -m interp.studies.circuits --render` calls `main` here)."""
+code is interp.studies.circuits; `interp doc circuits` writes them)."""
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 from interp.circuits.mib import MIB_FRACTIONS, areas
 
-__all__ = ["COMMAND", "RENDER", "main", "regions", "write_doc"]
+__all__ = ["COMMAND", "RENDER", "regions"]
 
 COMMAND = "interp repro circuits --budget {name} --out docs/circuits_repro.json"
-RENDER = "python -m interp.studies.circuits --render --doc docs/circuits.md --out docs/circuits_repro.json"
+RENDER = "interp doc circuits --json docs/circuits_repro.json --doc docs/circuits.md"
 
 
 def _run_region(r, d: dict[str, Any]) -> str:
@@ -43,7 +40,7 @@ def _run_region(r, d: dict[str, Any]) -> str:
 
         g = lambda spec, *k: r.num(pointer("provenance", "gpu_estimate", spec, *k))  # noqa: E731
         first = next(iter(gpu))
-        lines.append("*On one GPU, an estimate, not a measurement* (no GPU was lent; `interp.studies.gpu_estimate`): each model "
+        lines.append("*On one GPU, an estimate, not a measurement* (not timed on a GPU; `interp.studies.gpu_estimate`): each model "
                      "unit's seconds scaled by one forward of its prompts timed here against that forward's GPU bound, "
                      f"{bound_words(lambda *k: g(first, 'calibration', *k), gpu[first]['calibration'])}: "
                      + "; ".join(f"`{k}` forward {g(k, 'cpu_forward_s')} s here, {g(k, 'gpu_forward_s', 0)}–{g(k, 'gpu_forward_s', 1)} s "
@@ -174,27 +171,3 @@ def regions(result: dict[str, Any]) -> dict[str, str]:
     mib_verdicts = r.region("\n".join(lines))
     return {"run": run, "tables": tables, "mib": mib, "curves": curves, "common": common, "masks": masks,
             "timing": timing, "heads": heads, "verdicts": verdicts, "mib_verdicts": mib_verdicts}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default=None, help="the study JSON (made by `interp repro circuits --out`)")
-    p.add_argument("--doc", default=None, help="a markdown file whose <!-- gen:NAME --> regions are rewritten")
-    p.add_argument("--render", action="store_true", help="rewrite --doc from --out (no runs; runs go through `interp repro`)")
-    args = p.parse_args(argv)
-    if not args.render or not args.doc or not args.out:
-        p.error("pass --render --doc DOC.md --out DATA.json (runs: `interp repro circuits --budget B --out F.json`)")
-    from interp.studies.protocol import require_clean
-
-    data = json.loads(Path(args.out).read_text())
-    require_clean(data, args.out)
-    write_doc(Path(args.doc), data)
-    return 0
-
-
-def write_doc(doc: Path, result: dict[str, Any]) -> Path:
-    """Fill the doc's `<!-- gen:NAME -->` regions from `result` (each written atomically)."""
-    from interp.studies.docs import write
-
-    return write(doc, regions(result))
-

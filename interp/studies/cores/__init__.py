@@ -25,7 +25,7 @@ Site rules (fixed here so every number in the repro is reproducible):
   the same norm and shuffled-prompt alignments; k is also read on held-out rows (`controls.heldout_k`), and the name-code size the
   zoo imposes is varied by retraining one family with another size (a unit; the weights stay in
   the unit store, never in the repo).
-* real models (SmolLM2-135M, Gemma-3-270M): `interp.studies.ace_real`.
+* real models (SmolLM2-135M, Gemma-3-270M): `interp.studies.cores.real`.
 """
 
 from __future__ import annotations
@@ -45,12 +45,14 @@ from interp.cores import controls
 from interp.cores.linalg import principal_angles
 from interp.model import load
 from interp.results import Grid, Heading
-from interp.studies.cores_zoo import (STUDY, NoStore, alignment_judges, ioi_section, judge, load_zoo, round_floats, sva_section,
+from interp.studies.cores.doc import cores_regions as regions, repro_markdown
+from interp.studies.cores.zoo import (STUDY, NoStore, alignment_judges, ioi_section, judge, load_zoo, round_floats, sva_section,
                                       validation_dict, zoo_dir)
+from interp.studies.protocol import study
 from interp.studies.verdicts import NOT_RUN, against_all
 
 __all__ = ["BUDGETS", "DECODERS", "MARKOV_SITE", "demo_section", "departures", "ioi_section", "markov_section", "modular_section",
-           "random_plane_angles", "recalibrate_gpu", "repro", "repro_markdown", "sva_section"]
+           "random_plane_angles", "recalibrate_gpu", "regions", "repro", "repro_markdown", "sva_section"]
 
 DECODERS = ("gpt2", "llama", "gemma2", "qwen2")
 MARKOV_SITE = "blocks.0.hook_resid_post"
@@ -339,7 +341,7 @@ def _profile(families: list[str]):
 
 
 def _real(cfg: dict[str, Any], progress: bool, units) -> dict[str, Any]:
-    from interp.studies import ace_real
+    from interp.studies.cores import real as ace_real
 
     real = {s: load(s) for s in tqdm(cfg["real_models"], desc="cores: load real models", disable=not progress)}
     (sf, st, sa, sc), (i_f, it, ia, ic) = cfg["real_sva"], cfg["real_ioi"]
@@ -367,6 +369,7 @@ def _real(cfg: dict[str, Any], progress: bool, units) -> dict[str, Any]:
     return out
 
 
+@study("cores")
 def repro(progress: bool = True, models: list[str] | None = None, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
     """The study at `budget` (see BUDGETS; `overrides` replace its keys), from resumable units
@@ -505,6 +508,3 @@ def demo_section(workdir: Path) -> list:
                       {"title": "SVA axis (last layer) aligned across families: held-out R²", "metric": "R²"}))
     return items
 
-
-
-from interp.studies.ace_docs import repro_markdown  # noqa: E402  (the doc renderer; re-exported for the notebook)

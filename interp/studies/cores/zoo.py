@@ -23,7 +23,7 @@ from interp.cores import controls
 from interp.cores.linalg import principal_angles, random_basis
 from interp.model import ZOO_DIR, load
 from interp.results import Grid
-from interp.studies.ace_real import alignment_with_controls, core_verdict
+from interp.studies.cores.real import alignment_with_controls, core_verdict
 from interp.studies import verdicts
 from interp.studies.verdicts import NOT_RUN, against_all
 

@@ -3,13 +3,11 @@ through `interp.studies.docs.Render`, so each names its JSON key (tests/test_doc
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from interp.studies.docs import Render, pointer, write
+from interp.studies.docs import Render, pointer
 
-__all__ = ["regions", "write_doc"]
+__all__ = ["regions"]
 
 
 def _run(r: Render, d: dict) -> str:
@@ -99,8 +97,3 @@ def regions(result: dict[str, Any]) -> dict[str, str]:
     """The study's own regions; the claims list and the departures are every doc's (docs.common_regions)."""
     return {"run": _run(r, result), "claims": _claims(r, result),
             "widths": _widths(r, result), "runs": _runs(r, result)}
-
-
-def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Fill the `<!-- gen:NAME -->` regions of `doc` from the JSON file `data`."""
-    return write(doc, regions(json.loads(Path(data).read_text())))

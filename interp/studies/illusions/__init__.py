@@ -33,12 +33,14 @@ from interp.simplify import (
     METRICS, QUANTITIES, OneHotSimplifier, Rows, Sweep, compare_attention, dyck_rows, faithfulness, k_sweep, onehot, rank_sweep,
 )
 from interp.sites import layer_of
-from interp.studies import illusions_code
+from interp.studies.illusions import code as illusions_code
+from interp.studies.illusions.doc import regions
+from interp.studies.protocol import study
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.tasks import dyck
 
 __all__ = ["BUDGETS", "DEFAULT_MODELS", "DYCK_SPLITS", "REPRO_KS", "REPRO_RANKS", "RandomOneHot", "claims", "demo_section",
-           "departures", "findings", "markdown", "recalibrate_gpu", "records", "repro", "write_doc"]
+           "departures", "findings", "recalibrate_gpu", "records", "regions", "repro"]
 
 DEFAULT_MODELS = ("zoo:dyck",)
 
@@ -366,6 +368,7 @@ def paper_fraction(budget: dict[str, Any], n_models: int) -> float:
             * share(budget["steps"], paper["steps"]) * share(settings, len(paper["ranks"]) + len(paper["ks"])))
 
 
+@study("illusions")
 def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
     """`interp repro illusions`: the study at budget `budget` (BUDGETS, with `overrides`), one entry
@@ -607,21 +610,3 @@ def demo_section(workdir: Path) -> list[Any]:
         view,
         plot.attention(view.patterns, list(view.tokens), head_names=list(view.names)),  # the interactive view
     ]
-
-
-# ---------------------------------------------------------------------------------------------
-# the doc's generated regions (interp.studies.illusions_doc; tests/test_docs.py checks every number)
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The doc's generated regions for one `repro` result, one after another."""
-    from interp.studies.illusions_doc import regions
-
-    return "\n\n".join(regions(result).values())
-
-
-def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Fill the doc's `<!-- gen:NAME -->` regions from the JSON file `data` (atomically)."""
-    from interp.studies.illusions_doc import write_doc as write
-
-    return write(doc, data)

@@ -15,7 +15,7 @@ what is missing. `repro` then aggregates whatever units exist, per model and spa
 * the core (units kept by every distinct mask) against chance (`masking.core_baseline`), and the
   core evaluated alone;
 * whether the core's heads emerge early in training (a zoo recipe retrained with checkpoints) and
-  whether the generalizing masks' extra heads read the core (`interp.studies.heuristic_core_mech`,
+  whether the generalizing masks' extra heads read the core (`interp.studies.heuristic_core.mech`,
   which also lists how each budget departs from the paper: `departures`).
 
 Zoo language models: masks learned on ``sva_id`` (a third each of no attractor, PP and RC
@@ -27,7 +27,6 @@ the head noun; the nearest-noun heuristic scores 0 there). Real BPE models (``sm
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -42,15 +41,17 @@ from interp.masking import HeadMask
 from interp.results import Heading, stack
 from interp.masking.controls import distinct, matched_random
 from interp.model import ZOO_DIR, build_tiny, describe, load
-from interp.studies.heuristic_core_cost import cost, recalibrate_gpu
-from interp.studies.heuristic_core_mech import PAPER_BATCH, PAPER_STEPS, departures, model_reading, study_emergence
+from interp.studies.heuristic_core.cost import cost, recalibrate_gpu
+from interp.studies.heuristic_core.mech import PAPER_BATCH, PAPER_STEPS, departures, model_reading, study_emergence
+from interp.studies.heuristic_core.doc import regions
+from interp.studies.protocol import study
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import against_all, judge
 from interp.tasks import bpe, english
 from interp.tasks.base import SPECIALS
 
 __all__ = ["BUDGETS", "OFFICIAL", "PACKAGE", "PAPER", "demo_section", "departures", "official", "plan", "recalibrate_gpu",
-           "repro", "spread", "summarize", "sva_tasks", "timing", "verdicts"]
+           "regions", "repro", "spread", "summarize", "sva_tasks", "timing", "verdicts"]
 
 STUDY = "heuristic-core"
 VERSION = 1  # bump when a unit's code changes what it computes
@@ -317,6 +318,7 @@ def _seconds(results: list[dict[str, Any] | None], configs: list[dict[str, Any]]
             "seconds_per_seed_step": None if not seed_steps else round(total / seed_steps, 5)}
 
 
+@study("heuristic-core")
 def repro(progress: bool = True, models: Sequence[str] | None = None, *, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
     """The heuristic-core study at `budget` ("quick": seconds, what the tests run; "paper": the paper's
@@ -399,7 +401,7 @@ def demo_section(workdir: Path) -> list:
 
 
 # ---------------------------------------------------------------------------------------------
-# verdicts (what the budget costs: interp.studies.heuristic_core_cost)
+# verdicts (what the budget costs: interp.studies.heuristic_core.cost)
 
 
 def verdicts(model: dict[str, Any], paper_sparsity: float) -> dict[str, dict[str, Any]]:
@@ -509,17 +511,3 @@ def extend(data: dict[str, Any], units: str | Path | None = None, command: str |
         "wall_s": round(time.perf_counter() - start, 1),
         "command": command or "python -m interp.studies.heuristic_core --mechanism FILE [UNITS]"}
     return data
-
-
-if __name__ == "__main__":
-    import sys
-
-    from interp.storage import write_text_atomic
-
-    if len(sys.argv) not in (3, 4) or sys.argv[1] not in ("--reverdict", "--mechanism"):
-        raise SystemExit("usage: python -m interp.studies.heuristic_core --reverdict DATA.json  (rewrites its verdicts in place)\n"
-                         "       python -m interp.studies.heuristic_core --mechanism DATA.json [UNITS]  (adds both mechanism claims)")
-    path, command = Path(sys.argv[2]), "python -m interp.studies.heuristic_core " + " ".join(sys.argv[1:])
-    data = json.loads(path.read_text())
-    out = reverdict(data, command) if sys.argv[1] == "--reverdict" else extend(data, sys.argv[3] if len(sys.argv) == 4 else None, command)
-    write_text_atomic(path, json.dumps(out, indent=2) + "\n")

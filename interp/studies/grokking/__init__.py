@@ -38,9 +38,11 @@ import torch
 from tqdm.auto import tqdm
 
 from interp.errors import InterpError
+from interp.studies.grokking.doc import regions
+from interp.studies.protocol import study
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 
-__all__ = ["BUDGETS", "NAME", "STUDY", "SITE", "concentration", "departures", "repro", "spearman", "write_doc"]
+__all__ = ["BUDGETS", "NAME", "STUDY", "SITE", "concentration", "departures", "regions", "repro", "spearman"]
 
 NAME = STUDY = "grokking"
 SITE = "blocks.0.hook_resid_post"
@@ -273,6 +275,7 @@ def _check(b: dict[str, Any], models) -> None:
         raise InterpError(f"budget {b}: draws, perms, boot, eval_every must be >= 1 and steps >= eval_every")
 
 
+@study("grokking")
 def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
     """`interp repro grokking`: one unit per (width, seed), then the claims over the runs."""
@@ -298,10 +301,3 @@ def repro(progress: bool = True, models: Sequence[str] | None = None, budget: st
     out["provenance"] = provenance(budget, b, None, time.time() - start, done, total, units_run=store.ran,
                                    units_s={f"width {c['width']} seed {c['seed']}": store.seconds(c) for c in configs})
     return out
-
-
-def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Fill docs/grokking.md's generated regions from the JSON file `data` (interp.studies.grokking_doc)."""
-    from interp.studies.grokking_doc import write_doc as write
-
-    return write(doc, data)

@@ -7,14 +7,12 @@ hold digits (`SVD rank 4`, `dyck seed 1`) are code spans, so they are not read a
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from interp.studies.docs import Render, pointer, write
+from interp.studies.docs import Render, pointer
 from interp.studies.gpu_estimate import calibration_words
 
-__all__ = ["regions", "write_doc"]
+__all__ = ["regions"]
 
 
 def _label(r: dict[str, Any]) -> str:
@@ -69,8 +67,8 @@ def _timing(r: Render, d: dict) -> str:
     return r.region(
         f"One training step of the recipe took {r.num(p + '/cpu_s_per_step')} s on this machine while the run was "
         f"going ({r.num(p + '/cpu_s_per_seed')} s for the {r.int(p + '/steps_per_seed')} steps of a seed at that rate) and "
-        f"issues {r.int(p + '/ops_per_step')} torch operations (torch profiler). *GPU: an estimate, not a measurement "
-        f"(no GPU was lent to this session).* A model this small is bound by the host-side cost of those operations; "
+        f"runs {r.int(p + '/ops_per_step')} torch operations (torch profiler). *GPU: an estimate, not a measurement "
+        f"(not timed on a GPU).* A model this small is bound by the host-side cost of those operations; "
         f"at {calibration_words(lambda *k: r.num(pointer('provenance', 'step_profile', 'calibration', *k)), d['provenance']['step_profile']['calibration'])}, "
         "a seed trains in "
         f"{r.num(p + '/gpu_estimate_s_per_seed/0')}–{r.num(p + '/gpu_estimate_s_per_seed/1')} s, and the evaluation "
@@ -234,8 +232,3 @@ def regions(result: dict[str, Any]) -> dict[str, str]:
         lines += _model(r, spec, m)
     out["models"] = r.region("\n".join(lines).rstrip())
     return out
-
-
-def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Fill the `<!-- gen:NAME -->` regions of `doc` from the JSON file `data` (each written atomically)."""
-    return write(doc, regions(json.loads(Path(data).read_text())))

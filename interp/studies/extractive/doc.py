@@ -1,6 +1,6 @@
 """docs/extractive.md's generated regions, rendered from one `interp repro extractive` JSON.
 
-    python -m interp.studies.extractive_doc docs/extractive.md docs/extractive_repro.json
+    interp doc extractive --json docs/extractive_repro.json --doc docs/extractive.md
 
 Every number goes through `interp.studies.docs.Render`, so each names its JSON key and
 tests/test_docs.py checks it (and fails when the JSON changes and the doc does not). Labels with
@@ -9,14 +9,11 @@ digits (layer numbers, budget names, commands) are code spans.
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
-from interp.studies.docs import Render, pointer, write
+from interp.studies.docs import Render, pointer
 
-__all__ = ["regions", "write_doc"]
+__all__ = ["regions"]
 
 COMMAND = "interp repro extractive --budget {name} --units docs/extractive_units{extra} --out docs/extractive_repro.json"
 
@@ -26,7 +23,7 @@ def _command(d: dict) -> str:
     from interp.studies.units import repro_command
 
     return repro_command("extractive", d["budget"], d["budgets"], units="docs/extractive_units", out="docs/extractive_repro.json")
-RENDER = "python -m interp.studies.extractive_doc docs/extractive.md docs/extractive_repro.json"
+RENDER = "interp doc extractive --json docs/extractive_repro.json --doc docs/extractive.md"
 
 
 def _run(r: Render, d: dict) -> str:
@@ -50,7 +47,7 @@ def _run(r: Render, d: dict) -> str:
         if "gpu_s_per_step_estimate" in row:
             from interp.studies.gpu_estimate import calibration_words
 
-            line += (f" *GPU, an estimate (no GPU was lent to this session):* "
+            line += (f" *GPU, an estimate (not timed on a GPU):* "
                      f"{r.int(pointer('timing', 'gpu_counts', 'ops_per_step', spec))} torch ops a step (counted here: forward, "
                      f"backward and Adam, which on this CPU updates each parameter with its own ops, so the count errs high) at "
                      f"{calibration_words(lambda *k: r.num(pointer('timing', 'calibration', *k)), t['calibration'])}, plus "
@@ -228,17 +225,3 @@ def regions(result: dict[str, Any]) -> dict[str, str]:
     return {"run": _run(r, result), "budgets": _budgets(r, result), "hops": _hops(r, result), "graft": _graft(r, result),
             "layers": _layers(r, result), "ordering": _ordering(r, result), "scores": _scores(r, result),
             "verdicts": _verdicts(r, result)}
-
-
-def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Fill the `<!-- gen:NAME -->` regions of `doc` from the JSON file `data` (each written atomically)."""
-    return write(doc, regions(json.loads(Path(data).read_text())))
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m interp.studies.extractive_doc DOC.md DATA.json")
-    from interp.studies.protocol import require_clean
-
-    require_clean(json.loads(Path(sys.argv[2]).read_text()), sys.argv[2])
-    write_doc(sys.argv[1], sys.argv[2])

@@ -17,8 +17,9 @@ from tqdm.auto import tqdm
 
 from interp.errors import InterpError
 from interp.results import Grid, Heading, result, stack
-from interp.studies import steer_real
+from interp.studies.steering import real as steer_real
 from interp.studies.gpu_estimate import estimate, forward_profile, on_gpu
+from interp.studies.protocol import study
 from interp.steering import (
     Axis, Generation, Steer, axis_from_contrast, axis_from_core, curve, generate, last_activations, projection,
     random_axis,
@@ -27,8 +28,8 @@ from interp.tasks import english
 
 __all__ = [
     "Comparison", "compare", "core_axis", "demo_section", "dev_prefixes", "head_number", "judge_continuation",
-    "BUDGETS", "DEFAULT_MODELS", "claim", "departures", "doc_regions", "eligible", "flip_difference", "recalibrate_gpu",
-    "repro", "sva_contrast", "write_doc",
+    "BUDGETS", "DEFAULT_MODELS", "claim", "departures", "eligible", "flip_difference", "recalibrate_gpu",
+    "regions", "repro", "sva_contrast",
 ]
 
 
@@ -177,7 +178,7 @@ def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
          "why": "no model hub here: the zoo's 4-layer models of the four families, trained on synthetic English, and "
                 "the two pretrained models that reach this machine as packages (SmolLM2-135M, Gemma-3-270M)"},
         {"what": "prompts and judge", "ours": "zoo: english.prefixes judged by its grammar; real: framed subject phrases "
-                                              "judged by word lists (interp.studies.steer_real)",
+                                              "judged by word lists (interp.studies.steering.real)",
          "paper": f"open-ended generation; prompts and judge {unstated}", "why": "the zoo speaks only its synthetic English"},
         {"what": "judged test prompts per model", "ours": {"zoo": values["n_test"], "real": values["n_test_real"]},
          "paper": unstated, "why": "CPU: a real model's generation costs 40-100x a zoo model's"},
@@ -234,7 +235,7 @@ class _Zoo:
 
 
 class _Real:
-    """A BPE model: framed prompts, the is/are fit Task, the word-list judge (interp.studies.steer_real)."""
+    """A BPE model: framed prompts, the is/are fit Task, the word-list judge (interp.studies.steering.real)."""
 
     def __init__(self, model, b: dict[str, Any]):
         self.model, self.seed = model, b["seed"]
@@ -494,6 +495,7 @@ def _model_result(units, m: _Model, progress: bool) -> dict[str, Any]:
     return out
 
 
+@study("steering")
 def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
     """`interp repro steering`: per model, the ACE core axis and the difference-of-means axis at
@@ -538,19 +540,9 @@ def recalibrate_gpu(result: dict[str, Any], cal: dict[str, Any] | None = None) -
     return out
 
 
-def doc_regions(result: dict[str, Any]) -> dict[str, str]:
+def regions(result: dict[str, Any]) -> dict[str, str]:
     """The body of each `<!-- gen:NAME -->` region of docs/steering.md, from the study's JSON."""
     return steer_real.doc_regions(result, BUDGETS, DEFAULT_MODELS)
-
-
-def write_doc(json_path: str | Path, doc_path: str | Path) -> Path:
-    """Refill each `<!-- gen:NAME -->` region of the doc at `doc_path` from the JSON at `json_path`."""
-    import json
-
-    from interp.studies.docs import write
-
-    write(doc_path, doc_regions(json.loads(Path(json_path).read_text())))
-    return Path(doc_path)
 
 
 def demo_section(workdir: Path) -> list[Any]:

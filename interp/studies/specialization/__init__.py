@@ -37,6 +37,8 @@ from interp.results import Grid, Heading
 from interp.results import load as load_result
 from interp.results import save as save_result
 from interp.run import evaluate
+from interp.studies.specialization.doc import regions
+from interp.studies.protocol import study
 from interp.studies.units import Units, budget_record, provenance
 from interp.studies.units import budget as resolve_budget
 from interp.studies.verdicts import against_all, combine, judge
@@ -44,7 +46,7 @@ from interp.tasks import domains as bpe_domains
 from interp.tasks import multidomain
 from interp.tasks.domains import option_scores
 
-__all__ = ["BUDGETS", "CONTROLS", "demo_section", "departures", "matrix_grid", "recalibrate_gpu", "repro", "write_doc"]
+__all__ = ["BUDGETS", "CONTROLS", "demo_section", "departures", "matrix_grid", "recalibrate_gpu", "regions", "repro"]
 
 VERSION = 2
 PROBE_TASK = {"arithmetic": "add", "grammar": "sva_pp", "facts": "capital", "code": "operator"}
@@ -320,6 +322,7 @@ def _model_result(spec: str, res: dict, b: dict) -> dict:
     return out
 
 
+@study("specialization")
 def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None, *,
           compute: bool = True) -> dict[str, Any]:
@@ -451,19 +454,11 @@ def matrix_grid(result: dict[str, Any], spec: str) -> Grid:
                  "metric": "option_accuracy", "ci95": cis, "model": spec})
 
 
-def write_doc(result: dict[str, Any], path: str | Path) -> Path:
-    """Fill the generated regions of docs/specialization.md from `result` (interp.studies.docs)."""
-    from interp.studies.specialization_doc import regions
-    from interp.studies.docs import write
-
-    return write(path, regions(result))
-
-
 def demo_section(workdir: Path) -> list:
     """The committed repro rendered: the domain x subnetwork matrix of each model (no model runs)."""
     import json
 
-    path = Path(__file__).resolve().parents[2] / "docs" / "specialization_repro.json"
+    path = Path(__file__).resolve().parents[3] / "docs" / "specialization_repro.json"
     items: list = [Heading("Domain-specialised subnetworks (parameter probing)")]
     if not path.exists():
         return items + ["docs/specialization_repro.json is not there; run `interp repro specialization --json`."]

@@ -1,7 +1,7 @@
 """Circuits on IOI (Wang et al. 2022; EAP-IG of Hanna et al. 2024; scored as MIB, Mueller et al. 2025).
 
     interp repro circuits --budget quick|cpu|paper [--set key=value ...] [--units DIR] --out docs/circuits_repro.json
-    python -m interp.studies.circuits --render --doc docs/circuits.md --out docs/circuits_repro.json
+    interp doc circuits --json docs/circuits_repro.json --doc docs/circuits.md
 
 Per model: edge scores by EAP, EAP-IG (5 steps) and exact edge patching (every edge on the zoo
 models, a sample stratified by |EAP-IG score| on SmolLM2), their Pearson and Spearman correlations with the exact
@@ -37,11 +37,13 @@ from interp.circuits import Graph, circuit_scores, eap, eap_ig, exact, head_circ
 from interp.circuits.mib import MIB_FRACTIONS, areas
 from interp.circuits.pipeline import is_zoo_english, task_for
 from interp.errors import InterpError
+from interp.studies.circuits.doc import regions
+from interp.studies.protocol import study
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import judge
 
-__all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "main", "model_study", "recalibrate_gpu", "regions", "repro", "spearman_gap",
-           "stratified_sample", "departures", "write_doc"]
+__all__ = ["BUDGETS", "DEFAULT_MODELS", "demo_section", "head_roles", "model_study", "recalibrate_gpu", "regions", "repro", "spearman_gap",
+           "stratified_sample", "departures"]
 
 DEFAULT_MODELS = ("zoo:lm-gpt2", "zoo:lm-llama", "zoo:lm-qwen2", "zoo:lm-gemma2", "smollm2-135m")
 ROLE_THRESHOLD = 0.3  # attention / detector score above which a head is given a Wang et al. role
@@ -264,6 +266,7 @@ def _config(spec: str, b: dict[str, Any]) -> dict[str, Any]:
             "random": b["random"] if zoo else b["random_real"]}
 
 
+@study("circuits")
 def repro(progress: bool = True, models: list[str] | None = None, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
     """`interp repro circuits` at `budget` (BUDGETS with `overrides`; `models` replaces the budget's):
@@ -368,28 +371,3 @@ def demo_section(workdir: Path) -> list:
         graph.heads(),
         grid,
     ]
-
-
-
-def regions(result: dict[str, Any]) -> dict[str, str]:
-    """docs/circuits.md's regions from `result` (interp.studies.circuits_doc)."""
-    from interp.studies.circuits_doc import regions as doc_regions
-
-    return doc_regions(result)
-
-
-def write_doc(doc: Path, result: dict[str, Any]) -> Path:
-    """Fill the doc's `<!-- gen:NAME -->` regions from `result` (interp.studies.circuits_doc)."""
-    from interp.studies.circuits_doc import write_doc as doc_write
-
-    return doc_write(doc, result)
-
-
-def main(argv: list[str] | None = None) -> int:
-    from interp.studies.circuits_doc import main as doc_main
-
-    return doc_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

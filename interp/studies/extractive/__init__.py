@@ -25,10 +25,12 @@ from tqdm.auto import tqdm
 from interp import grafting
 from interp.errors import InterpError
 from interp.model import build_tiny, load
+from interp.studies.extractive.doc import regions
+from interp.studies.protocol import study
 from interp.studies.units import Units, budget as resolve_budget, budget_record, provenance
 from interp.studies.verdicts import NOT_RUN, against_all, judge
 
-__all__ = ["BUDGETS", "PAPER", "STUDY", "demo_section", "departures", "gpu_estimate", "hops", "recalibrate_gpu", "repro", "score_grids", "scores_json",
+__all__ = ["BUDGETS", "PAPER", "STUDY", "demo_section", "departures", "gpu_estimate", "hops", "recalibrate_gpu", "regions", "repro", "score_grids", "scores_json",
            "verdicts"]
 
 STUDY = "extractive"
@@ -164,6 +166,7 @@ def _work(store: Units, c: dict[str, Any]) -> Path:
     return store.root / "deltas" / f"{c['model'].replace('/', '_').replace(':', '_')}-{key[:12]}"
 
 
+@study("extractive")
 def repro(progress: bool = True, models: Sequence[str] | None = None, budget: str = "quick",
           overrides: dict[str, Any] | None = None, units: str | Path | None = None) -> dict[str, Any]:
     """`interp repro extractive` at `budget` (BUDGETS, with `overrides`; `models` replaces the budget's
@@ -390,7 +393,7 @@ def paper_fraction(b: dict[str, Any]) -> float:
             * share(b["counterfactuals"], p["counterfactuals"]) * share(len(b["ordering_seeds"]), len(p["ordering_seeds"])))
 
 
-# GPU estimate (no GPU was lent to this session): a fine-tuning step of a 100M-parameter model at batch 8
+# GPU estimate (not a measurement): a fine-tuning step of a 100M-parameter model at batch 8
 # x ~15 tokens is bound by the host cost of its torch ops and by memory traffic, not arithmetic. Counted:
 # the leaf ops of one step of interp.grafting.finetune (forward, backward, Adam; batch 8 of first-hop facts),
 # on this CPU with torch.profiler (the difference between a 2- and a 1-epoch run of one step each,

@@ -2,7 +2,7 @@
 (docs/cores_repro.json) through `interp.studies.docs.Render`, so every number names its JSON key
 and tests/test_docs.py checks it at the precision shown.
 
-    python -m interp.studies.ace_docs docs/cores.md docs/cores_repro.json   # rewrites every <!-- gen:NAME --> region
+    interp doc cores --json docs/cores_repro.json --doc docs/cores.md   # rewrites every <!-- gen:NAME --> region
 
 A region lives between ``<!-- gen:NAME -->`` and ``<!-- /gen:NAME -->``; prose around it is
 hand-written and holds no result numbers. Verdict words are the JSON's own (interp.studies.verdicts).
@@ -10,16 +10,13 @@ hand-written and holds no result numbers. Verdict words are the JSON's own (inte
 
 from __future__ import annotations
 
-import json
 import re
-import sys
-from pathlib import Path
 from typing import Any
 
-from interp.studies.docs import Render, pointer, write
+from interp.studies.docs import Render, pointer
 from interp.studies.verdicts import against_all, combine
 
-__all__ = ["cores_regions", "repro_markdown", "splice", "update"]
+__all__ = ["cores_regions", "repro_markdown", "splice"]
 
 def _yes(x: bool) -> str:
     return "yes" if x else "no"
@@ -335,7 +332,7 @@ def provenance_text(r: _R, result: dict[str, Any]) -> str:
 
         gpu = result["provenance"]["gpu_estimate"]["models"]
         first = lambda *p: pointer("provenance", "gpu_estimate", "models", next(iter(gpu)), *p)  # noqa: E731
-        body += (" *On one GPU, an estimate, not a measurement* (no GPU was lent; `interp.studies.gpu_estimate`): each model's "
+        body += (" *On one GPU, an estimate, not a measurement* (not timed on a GPU; `interp.studies.gpu_estimate`): each model's "
                  f"share of those hours scaled by one forward of {r.int(first('batch'))} rows of {r.int(first('seq'))} tokens timed "
                  f"here against that forward's GPU bound, {bound_words(lambda *k: r.num(first('calibration', *k)), next(iter(gpu.values()))['calibration'])}: "
                  + "; ".join(f"`{k}` {r.num(pointer('provenance', 'gpu_estimate', 'models', k, 'cpu_forward_s'))} s here, "
@@ -440,17 +437,3 @@ def splice(markdown: str, tables: dict[str, str]) -> str:
         return f"<!-- table:{name} -->\n{tables[name]}\n<!-- /table -->" if name in tables else m.group(0)
 
     return re.sub(r"<!-- table:([a-z_]+) -->\n.*?<!-- /table -->", sub, markdown, flags=re.S)
-
-
-def update(doc: str | Path, data: str | Path) -> Path:
-    """Fill the `<!-- gen:NAME -->` regions of `doc` from the JSON file `data` (each written atomically)."""
-    return write(doc, cores_regions(json.loads(Path(data).read_text())))
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m interp.studies.ace_docs DOC.md DATA.json")
-    from interp.studies.protocol import require_clean
-
-    require_clean(json.loads(Path(sys.argv[2]).read_text()), sys.argv[2])
-    update(sys.argv[1], sys.argv[2])

@@ -10,13 +10,11 @@ core's emergence over training and whether the generalizing masks' extra heads r
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from interp.studies.docs import Render, pointer, write
+from interp.studies.docs import Render, pointer
 
-__all__ = ["regions", "write_doc"]
+__all__ = ["regions"]
 
 
 def _range(r: Render, *at: Any) -> str:
@@ -249,8 +247,3 @@ def regions(data: dict[str, Any]) -> dict[str, str]:
     out["hc-reading"] = r.region(_reading(r, data))
     out["hc-mechanism"] = r.region(_mechanism(r, data))
     return out
-
-
-def write_doc(doc: str | Path, data: str | Path) -> Path:
-    """Fill the doc's regions from the JSON file `data` (each region written atomically)."""
-    return write(doc, regions(json.loads(Path(data).read_text())))

@@ -1,18 +1,17 @@
-"""docs/features.md's generated regions, rendered from docs/features.json (interp.studies.docs:
-every number names its JSON key). The JSON is written by `python -m interp.features.suite score`.
+"""The committed dictionaries (interp.features): docs/features.md's generated regions, rendered from
+docs/features.json (interp.studies.docs: every number names its JSON key). The JSON is written by
+`python -m interp.features.suite score`. Another doc bound to a JSON registers here the same way, in
+one line: `bound_doc(NAME, regions)`.
 
-    python -m interp.studies.features_doc --json docs/features.json --doc docs/features.md
+    interp doc features --json docs/features.json --doc docs/features.md
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
+from interp.studies.docs import Render
+from interp.studies.protocol import bound_doc
 
-from interp.studies.docs import Render, write
-
-__all__ = ["bodies", "write_doc"]
+__all__ = ["bodies"]
 
 _HEAD = ("| layer | kind | FVE | FVE dense control | L0 | dead | CE clean | CE spliced | CE zero-abl. | CE mean-abl. "
          "| CE recovered (zero) | CE recovered (mean) |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -51,13 +50,4 @@ def bodies(data: dict) -> dict[str, str]:
     return out
 
 
-def write_doc(data: dict, doc: str | Path) -> Path:
-    return write(doc, bodies(data))
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="python -m interp.studies.features_doc")
-    p.add_argument("--json", required=True, help="the JSON written by `python -m interp.features.suite score`")
-    p.add_argument("--doc", required=True, help="the markdown whose <!-- gen:NAME --> regions are rewritten")
-    a = p.parse_args()
-    write_doc(json.loads(Path(a.json).read_text(encoding="utf-8")), a.doc)
+bound_doc("features", bodies)
