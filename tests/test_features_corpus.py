@@ -115,7 +115,7 @@ def test_suite_keeps_stretches_of_a_layer_subset_and_scores_their_curve(tmp_path
 def _renders_bound(data):
     """docs/features_budget.md's regions render from a curve JSON, every number bound to its key."""
     from interp.studies import docs as bound
-    from interp.studies.features_budget_doc import bodies
+    from interp.studies.features.budget import bodies
 
     data["throughput"] = {"matmul_gflops": 60.0, "forward_tokens_per_s": 300.0, "dictionary_tokens_per_s": 80.0,
                           "n_features": 16384, "flops_per_token": {"forward": 212406912, "dictionary": 113246208},

@@ -5,7 +5,7 @@ budget, and where they live.
     python -m interp.features.suite score NAME... [--budget ...] --json F  score them: one JSON
     python -m interp.features.suite curve NAME --budget B [--layers ...] --json F [--bench J]
                                                   score each kept stretch: FVE, L0, dead by tokens seen
-    python -m interp.studies.features_doc --json F --doc D            render D's regions from F
+    interp doc features --json F --doc D                            render D's regions from F
 
 NAME is "zoo" (zoo:lm-gpt2: a transcoder per layer and an SAE on the middle residual stream,
 its own English text), "smollm2" (smollm2-135m: a transcoder per layer, 30, and an SAE on layer

@@ -1,7 +1,7 @@
-"""The committed dictionaries (interp.features): docs/features.md's generated regions, rendered from
-docs/features.json (interp.studies.docs: every number names its JSON key). The JSON is written by
-`python -m interp.features.suite score`. Another doc bound to a JSON registers here the same way, in
-one line: `bound_doc(NAME, regions)`.
+"""The dictionaries' docs (interp.features), each bound to the JSON beside it (interp.studies.docs:
+every number names its JSON key) and registered in one line, `bound_doc(NAME, regions)`:
+docs/features.md from `python -m interp.features.suite score` (its regions here), dictionary_truth.md
+(`truth`) and features_budget.md (`budget`).
 
     interp doc features --json docs/features.json --doc docs/features.md
 """
@@ -9,6 +9,7 @@ one line: `bound_doc(NAME, regions)`.
 from __future__ import annotations
 
 from interp.studies.docs import Render
+from interp.studies.features import budget, truth
 from interp.studies.protocol import bound_doc
 
 __all__ = ["bodies"]
@@ -51,3 +52,5 @@ def bodies(data: dict) -> dict[str, str]:
 
 
 bound_doc("features", bodies)
+bound_doc("dictionary-truth", truth.regions)
+bound_doc("features-budget", budget.bodies)

@@ -3,18 +3,14 @@
 features on the english text, their quality by tokens seen beside the same-L0 random control, the
 gap to the full budget's targets, and the throughput that prices it.
 
-    python -m interp.studies.features_budget_doc --json docs/features_budget.json --doc docs/features_budget.md
+    interp doc features-budget --json docs/features_budget.json --doc docs/features_budget.md
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
+from interp.studies.docs import Render
 
-from interp.studies.docs import Render, write
-
-__all__ = ["bodies", "write_doc"]
+__all__ = ["bodies"]
 
 
 def _run(r: Render, data: dict) -> str:
@@ -103,16 +99,3 @@ def bodies(data: dict) -> dict[str, str]:
     r = Render(data)
     return {"budget-run": _run(r, data), "budget-corpus": _corpus(r, data), "budget-final": _final(r, data),
             "budget-gap": _gap(r, data), "budget-curve": _curve(r, data), "budget-throughput": _throughput(r, data)}
-
-
-
-def write_doc(data: dict, doc: str | Path) -> Path:
-    return write(doc, bodies(data))
-
-
-if __name__ == "__main__":
-    p = argparse.ArgumentParser(prog="python -m interp.studies.features_budget_doc")
-    p.add_argument("--json", required=True, help="the JSON written by `python -m interp.features.suite curve`")
-    p.add_argument("--doc", required=True, help="the markdown whose <!-- gen:NAME --> regions are rewritten")
-    a = p.parse_args()
-    write_doc(json.loads(Path(a.json).read_text(encoding="utf-8")), a.doc)
