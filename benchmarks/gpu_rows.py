@@ -151,9 +151,8 @@ def bridge_forward(model, hf, batch: int, repeats: int) -> dict:
 
 
 def _leaf_ops():
-    """interp.studies.gpu_estimate.leaf_ops (the calibration's op count), loaded from its file alone:
-    the interp.studies package imports every study, and the studies need scipy, which the GPU pack
-    leaves out."""
+    """interp.studies.gpu_estimate.leaf_ops (the calibration's op count), loaded from its file alone, so
+    nothing else of interp.studies is imported (the studies need scipy, which the GPU pack leaves out)."""
     import importlib.util
     from pathlib import Path
 
