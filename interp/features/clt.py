@@ -36,7 +36,7 @@ from interp.features.train import THRESHOLD_START, Recipe, _JumpReLU, _Step, mlp
 from interp.run import cache
 from interp.sites import check_tokens, hook_name, layer_of
 from interp.files.validate import tensors_digest
-from interp.storage import atomic_dir, result, write_tensors_atomic
+from interp.files.storage import atomic_dir, result, write_tensors_atomic
 
 __all__ = ["CrossLayerTranscoder", "activations", "fit_clt", "load_circuit_tracer", "load_gemmascope2", "save_circuit_tracer"]
 

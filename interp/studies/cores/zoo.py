@@ -226,7 +226,7 @@ def sva_section(models: dict[str, Any], progress: bool = True, n: int = 512, *, 
 
 
 def _name_code_dims(path: Path) -> int | None:
-    """The name-code dimension the recipe imposed (`interp.train.NameCodes`), from the card."""
+    """The name-code dimension the recipe imposed (`interp.zoo.train.NameCodes`), from the card."""
     card = json.loads((path / "card.json").read_text())
     return card.get("training", {}).get("name_codes", card.get("recipe", {}).get("name_codes"))
 
@@ -285,7 +285,7 @@ def _ioi_family(model, code_dims: int | None, n: int, draws: int) -> dict[str, A
 def _retrained(units, family: str, dims: int) -> Path:
     """zoo:lm-FAMILY retrained with `dims`-dimensional name codes (a unit: the weights stay in the
     unit store's models/ folder, never in the repo); its folder."""
-    from interp.train import RECIPES, train
+    from interp.zoo.train import RECIPES, train
 
     root = Path(units.root) if units.root is not None else Path.home() / ".cache" / "interp" / "studies" / STUDY
     out = root / "models" / f"lm-{family}-codes{dims}"

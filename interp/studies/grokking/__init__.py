@@ -7,8 +7,8 @@ memorization to generalization, yielding an inverse scaling law for grokking tim
 
 One unit per training run (`interp.studies.units`): a one-layer GPT-2 of width d_model (d_mlp = 4 x
 width) trained full-batch on `a + b mod p` with the zoo's modadd recipe (AdamW, weight decay 1,
-`interp.train`), evaluated every `eval_every` steps; the checkpoints before / at / after grokking
-(`interp.train.grokking_steps`: at = the first evaluation with test accuracy >= 0.9) each get their
+`interp.zoo.train`), evaluated every `eval_every` steps; the checkpoints before / at / after grokking
+(`interp.zoo.train.grokking_steps`: at = the first evaluation with test accuracy >= 0.9) each get their
 core (`interp.cores.extract` at `blocks.0.hook_resid_post` on the training pairs, k at the largest
 spectral gap) and its Fourier concentration: the share of the core coordinates' power, over residues
 (a + b) mod p, in its ceil(k/2) strongest frequencies (a cyclic core of k dimensions is k/2 circles,
@@ -47,7 +47,7 @@ __all__ = ["BUDGETS", "NAME", "STUDY", "SITE", "concentration", "departures", "r
 NAME = STUDY = "grokking"
 SITE = "blocks.0.hook_resid_post"
 VERSION = 1  # bump when a unit's code changes what it computes
-GROKKED = 0.9  # test accuracy that marks grokking (interp.train.grokking_steps)
+GROKKED = 0.9  # test accuracy that marks grokking (interp.zoo.train.grokking_steps)
 # widths: d_model of each run (d_mlp = 4 x width, 4 heads); seeds per width; steps of full-batch AdamW;
 # draws: random subspaces per core; perms / boot: shuffles and bootstrap resamples of the runs; max_k: the
 # largest k the spectral gap may pick, the same at every width (at most half the narrowest width: searched
@@ -119,7 +119,7 @@ def _mean(values: list[float]) -> float:
 
 
 def _recipe(cfg: dict[str, Any]):
-    from interp.train import RECIPES
+    from interp.zoo.train import RECIPES
 
     w = cfg["width"]
     return replace(RECIPES["modadd"], name=f"grok-w{w}-s{cfg['seed']}", seed=cfg["seed"], steps=cfg["steps"],
@@ -149,7 +149,7 @@ def _checkpoint(path: Path, cfg: dict[str, Any], task, residues: torch.Tensor) -
 
 def _train_unit(cfg: dict[str, Any], progress: bool) -> dict[str, Any]:
     from interp.tasks import modular
-    from interp.train import grokking_steps, train
+    from interp.zoo.train import grokking_steps, train
 
     task = modular.modular_addition(p=cfg["p"], split="train", train_frac=cfg["train_frac"])
     residues = torch.tensor([(a + b) % cfg["p"] for a, b in zip(task.meta["a"], task.meta["b"])])

@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from interp.storage import write_text_atomic
+from interp.files.storage import write_text_atomic
 from interp.studies.heuristic_core import extend, reverdict
 
 if len(sys.argv) not in (3, 4) or sys.argv[1] not in ("--reverdict", "--mechanism"):

@@ -2,7 +2,7 @@
 from the paper's set-up (`departures`).
 
 Emergence (``hc.core_emerges_early``: "the core heads emerge early in training"). One zoo recipe
-(`emergence_recipe`, e.g. lm-llama) is retrained by `interp.train` with a checkpoint every
+(`emergence_recipe`, e.g. lm-llama) is retrained by `interp.zoo.train` with a checkpoint every
 `emergence_every` steps (`emergence_unit`, a stored unit: training, then a single-head mean-ablation
 scan of the in-distribution task at every checkpoint). `emergence` then reads, per checkpoint, how
 important the final model's core heads (the study's core at the paper's sparsity: heads kept by every
@@ -54,7 +54,7 @@ def _quantiles(x: torch.Tensor, levels: Sequence[float] = LEVELS) -> list[float]
 
 def checkpoints_dir(recipe: str, every: int, steps: int | None) -> Path:
     """Where `emergence_unit` trains `recipe` with its checkpoints ($INTERP_CACHE, outside git)."""
-    from interp.storage import cache_dir
+    from interp.files.storage import cache_dir
 
     return cache_dir() / "studies" / "heuristic-core-emergence" / f"{recipe}-every{every}{'' if steps is None else f'-steps{steps}'}"
 
@@ -70,7 +70,7 @@ def emergence_unit(recipe: str, every: int, steps: int | None, rows: int, progre
 
     from interp import masking
     from interp.model import ZOO_DIR, load
-    from interp.train import RECIPES, train
+    from interp.zoo.train import RECIPES, train
 
     if recipe not in RECIPES:
         raise InterpError(f"emergence_recipe={recipe!r} is not a zoo recipe; give one of {sorted(RECIPES)}")

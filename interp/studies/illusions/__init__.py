@@ -167,16 +167,16 @@ def _folder(spec: str) -> Path | None:
 
 
 def _recipe(seed: int, steps: int):
-    from interp.train import RECIPES
+    from interp.zoo.train import RECIPES
 
     return replace(RECIPES["dyck"], seed=seed, steps=steps)
 
 
 def _retrained(seed: int, steps: int, progress: bool) -> Path:
     """The Dyck model of `seed` trained `steps` steps with the zoo's recipe, in the cache (trained on first use)."""
-    from interp.gguf import cache_dir
-    from interp.storage import atomic_dir
-    from interp.train import RECIPES, train
+    from interp.files.storage import cache_dir
+    from interp.files.storage import atomic_dir
+    from interp.zoo.train import RECIPES, train
 
     recipe = _recipe(seed, steps)
     name = f"dyck-seed{seed}" + ("" if steps == RECIPES["dyck"].steps else f"-steps{steps}")
@@ -191,7 +191,7 @@ def _retrained(seed: int, steps: int, progress: bool) -> Path:
 
 def _models(budget: dict[str, Any], models: Sequence[str] | None, units: Units, progress: bool) -> list[dict[str, Any]]:
     """One entry per model: label, seed, spec (or None until loaded), its identity for unit keys, training record."""
-    from interp.train import RECIPES
+    from interp.zoo.train import RECIPES
 
     if models:
         return [{"label": spec, "seed": None, "spec": spec, "ident": {"spec": spec, "sha": _sha(_folder(spec))},
@@ -304,7 +304,7 @@ def step_profile(steps: int = 10) -> dict[str, Any]:
     from interp.model import hf_config, hf_model_class
     from interp.tasks import PAD_ID
     from interp.studies.gpu_estimate import leaf_ops
-    from interp.train import RECIPES, training_rows
+    from interp.zoo.train import RECIPES, training_rows
 
     recipe = RECIPES["dyck"]
     x, y = training_rows(replace(recipe, data={**recipe.data, "sequences": 640}))
@@ -533,7 +533,7 @@ def code_claims(verdicts: dict[str, Any]) -> dict[str, Any]:
 def departures(values: dict[str, Any]) -> list[dict[str, Any]]:
     """Every way a budget's `values` differ from the paper's set-up, with both values and why (the paper's
     own values as our copy of it gives them; "not stated" where it gives none)."""
-    from interp.train import RECIPES
+    from interp.zoo.train import RECIPES
 
     seeds, code, r = values["seeds"], values["code_steps"], RECIPES["dyck"]
     m = illusions_code.CODE_MODEL
@@ -585,7 +585,7 @@ def _demo_model(workdir: Path) -> tuple[Any, str]:
 
 def demo_section(workdir: Path) -> list[Any]:
     """Report items: faithfulness against SVD rank (one line per split) and one-hot vs original attention."""
-    from interp import plot  # plotly and circuitsvis only when the demo runs
+    from interp.views import plot  # plotly and circuitsvis only when the demo runs
 
     model, name = _demo_model(Path(workdir))
     head = (model.cfg.n_layers - 1, 0)

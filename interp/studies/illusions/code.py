@@ -345,7 +345,7 @@ def run(b: dict[str, Any], store, progress: bool) -> tuple[dict[str, Any] | None
     """The code experiment at budget `b` through the study's unit store: (its JSON section, or None
     when b["code_steps"] is 0, and the unit configs it used)."""
     import interp
-    from interp.gguf import cache_dir
+    from interp.files.storage import cache_dir
 
     if not b["code_steps"]:
         return None, []
