@@ -64,7 +64,7 @@ __all__ = ["Hold", "Replacement", "Skip", "attribute", "frozen", "replacement", 
 
 EMBED = "blocks.0.hook_resid_pre"  # the token nodes' vectors: the residual entering block 0
 UNEMBED = "unembed.hook_in"  # the logits' input, after the final norm
-_NORM_WARNINGS = r".*(hook_scale|hook_normalized).*"  # the bridge notes that a held scale leaves HF's fused norm
+NORM_WARNINGS = r".*(hook_scale|hook_normalized).*"  # the bridge notes that a held scale leaves HF's fused norm
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,7 @@ def replacement_logits(model, tokens: Tensor, transcoders: Transcoders, *,
     true = {l: rep.output(l, {k: rep.encode(k, x) for k, x in xs.items()}, xs.get(l)) for l in rep.layers}
     holds, features = frozen(model, tokens), {}
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_NORM_WARNINGS)
+        warnings.filterwarnings("ignore", message=NORM_WARNINGS)
         for layer in rep.layers:
             _, now = run.cache(model, tokens, [rep.sites_in[layer]], holds)
             x = now[rep.sites_in[layer]]
@@ -379,7 +379,7 @@ class _Backward:
                              Skip(rep.sites_in[l], site, clean[site], clean[rep.sites_in[l]], W_skip, self.deltas[l])]
         holds.append(Hold(EMBED, clean[EMBED], self.deltas[-1]))
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_NORM_WARNINGS)
+            warnings.filterwarnings("ignore", message=NORM_WARNINGS)
             _, self.found = run.with_grad(model, tokens.repeat(rows, 1), sites, holds)
 
     def rows_of(self, targets: list[tuple[str, int, Tensor]]) -> Tensor:

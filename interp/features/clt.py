@@ -32,7 +32,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from interp.errors import InterpError
-from interp.features.train import THRESHOLD_START, Recipe, _JumpReLU, _Step, mlp_sites  # the JumpReLU trainer's pieces
+from interp.features.train import THRESHOLD_START, Recipe, JumpReLUFunction, StepFunction, mlp_sites  # the JumpReLU trainer's pieces
 from interp.run import cache
 from interp.sites import check_tokens, hook_name, layer_of
 from interp.files.validate import tensors_digest
@@ -284,7 +284,7 @@ class _CLTTrainee:
         pre = torch.einsum("tli,lin->tln", x, self.W_enc) + self.b_enc
         h = torch.relu(pre)
         if self.jump:  # train.py's straight-through JumpReLU: thresholds per (layer, feature), an L0 penalty
-            f = _JumpReLU.apply(pre, self.log_threshold.exp(), recipe.bandwidth)
+            f = JumpReLUFunction.apply(pre, self.log_threshold.exp(), recipe.bandwidth)
             kept = None
         else:
             kept = h.flatten().topk(recipe.k * T * L, sorted=False)
@@ -293,7 +293,7 @@ class _CLTTrainee:
         var = (y - y.mean(0)).pow(2).sum(-1).mean(0)  # [layer]
         loss = (err.pow(2).sum(-1).mean(0) / var).mean()
         if self.jump:  # per token and layer, as a per-layer dictionary's L0
-            loss = loss + recipe.l0_coefficient * _Step.apply(pre, self.log_threshold.exp(), recipe.bandwidth).sum(-1).mean()
+            loss = loss + recipe.l0_coefficient * StepFunction.apply(pre, self.log_threshold.exp(), recipe.bandwidth).sum(-1).mean()
         dead = self.since > recipe.dead_after
         aux = torch.zeros((), device=x.device)
         if dead.any() and not self.jump:  # AuxK (train.py's): dead features rebuild the error from their own top aux_k per token

@@ -41,7 +41,7 @@ from torch import Tensor
 
 from interp import run
 from interp.errors import InterpError
-from interp.features.attribute import _NORM_WARNINGS, EMBED, Hold, Replacement, Transcoders, replacement
+from interp.features.attribute import NORM_WARNINGS, EMBED, Hold, Replacement, Transcoders, replacement
 from interp.features.graph import ERROR, FEATURE, TOKEN, AttributionGraph
 from interp.sites import check_tokens
 from interp.files.storage import result
@@ -160,7 +160,7 @@ def _projected(model, tokens: Tensor, clean: dict[str, Tensor], layer: int,
         holds.append(Hold(scale, clean[scale]))
     q_site, k_site = _qk_sites(model, layer)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_NORM_WARNINGS)
+        warnings.filterwarnings("ignore", message=NORM_WARNINGS)
         _, got = run.cache(model, tokens.repeat(rows, 1), [q_site, k_site], holds)
     out_q, out_k = {}, {}
     for pos, vecs in parts.items():

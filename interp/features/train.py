@@ -133,7 +133,7 @@ def mlp_sites(layer: int) -> tuple[str, str]:
     return f"blocks.{layer}.ln2.hook_normalized", hook_name("mlp_out", layer)
 
 
-class _JumpReLU(torch.autograd.Function):
+class JumpReLUFunction(torch.autograd.Function):
     """z * (z > theta); in z its true derivative (z > theta), in theta the rectangle-kernel
     pseudo-derivative -(theta / eps) K((z - theta) / eps), K(u) = 1 for |u| < 1/2 (Rajamanoharan et al. 2024)."""
 
@@ -150,7 +150,7 @@ class _JumpReLU(torch.autograd.Function):
         return g * (z > theta), -(theta / ctx.eps) * (g * near).sum(0), None
 
 
-class _Step(torch.autograd.Function):
+class StepFunction(torch.autograd.Function):
     """The step (z > theta) as a number: no gradient in z, in theta -(1 / eps) K((z - theta) / eps)."""
 
     @staticmethod
@@ -209,7 +209,7 @@ class _Trainee:
         """(feature activations, the kept values whose smallest sets a batch-top-k threshold) of pre [T, n]."""
         r = self.recipe
         if r.architecture == "jumprelu":
-            return _JumpReLU.apply(pre, self.log_threshold.exp(), r.bandwidth), None
+            return JumpReLUFunction.apply(pre, self.log_threshold.exp(), r.bandwidth), None
         h = torch.relu(pre)
         if r.architecture == "relu":
             return h, None
@@ -230,7 +230,7 @@ class _Trainee:
         if r.architecture == "relu":  # L1 weighted by decoder norms: shrinking a row buys nothing
             return nmse + r.l1_coefficient * (f * self.W_dec.norm(dim=1)).sum(-1).mean() / var, nmse
         if r.architecture == "jumprelu":
-            l0 = _Step.apply(pre, self.log_threshold.exp(), r.bandwidth).sum(-1).mean()
+            l0 = StepFunction.apply(pre, self.log_threshold.exp(), r.bandwidth).sum(-1).mean()
             return nmse + r.l0_coefficient * l0, nmse
         if r.architecture == "matryoshka":  # each nested prefix rebuilds y on its own
             inner = [(y - self.decode(f, m)).pow(2).sum(-1).mean() / var for m in r.nested[:-1]]
@@ -391,7 +391,7 @@ def _digest(*tensors: Tensor) -> str:
 
 # the trainer's code version: a digest of the code that decides the weights (the step, its data
 # order and activations), so a checkpoint is not resumed by changed training code
-CODE_VERSION = hashlib.sha256("".join(inspect.getsource(f) for f in (_JumpReLU, _Step, _keep, _Trainee, _batch, _order,
+CODE_VERSION = hashlib.sha256("".join(inspect.getsource(f) for f in (JumpReLUFunction, StepFunction, _keep, _Trainee, _batch, _order,
                                                                       _rows_of_step))
                               .encode()).hexdigest()[:12]
 
