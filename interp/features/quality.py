@@ -149,7 +149,7 @@ def _one(model, d: Dictionary, chunks, with_ce: bool, control: Callable | None =
     n = sum(int(v.sum()) for _, v, _, _ in chunks)
     ys = torch.cat([a[d.site_out][v] for _, v, _, a in chunks])  # [tokens, d_out]
     mean = ys.mean(0)
-    err, err_random, l0, fired = 0.0, 0.0, 0.0, torch.zeros(d.n_features, dtype=torch.bool)
+    err, err_random, l0, fired = 0.0, 0.0, 0.0, torch.zeros(d.n_features, dtype=torch.bool, device=ys.device)
     keys = ("ce_spliced", "ce_zero", "ce_mean") + (("ce_random",) if control is not None else ())
     ce = dict.fromkeys(("ce_clean",) + keys, 0.0)
     weight = 0
