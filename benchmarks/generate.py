@@ -119,7 +119,7 @@ def loads() -> dict:
 
 
 def options(*extra: tuple[str, dict]) -> argparse.Namespace:
-    """The command line of a benchmark of issue 27: --repeats (best of N) and --out (the JSON file),
+    """The command line of an at-the-limit benchmark: --repeats (best of N) and --out (the JSON file),
     then each (flag, add_argument keywords) in `extra`."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)

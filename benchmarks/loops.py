@@ -1,4 +1,4 @@
-"""The studies' inner loops against plain torch loops doing the same work (issue 25, item 5).
+"""The studies' inner loops against plain torch loops doing the same work.
 
     OMP_NUM_THREADS=1 python benchmarks/loops.py [--spec smollm2-135m] [--repeats 3] [--checks 6]
                                                  [--epochs 2] [--out FILE.json]

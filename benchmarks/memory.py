@@ -1,4 +1,4 @@
-"""Peak memory and time against model size and prompt length (issue 36 item 3), CPU, one fresh
+"""Peak memory and time against model size and prompt length, CPU, one fresh
 process per case, beside TransformerLens doing the same work on the same bridge.
 
     python benchmarks/memory.py [--only ID,ID] [--budget-gb 14] [--out benchmarks/memory.json]
@@ -121,7 +121,7 @@ def _case(shape, method, impl="interp", dtype="float32", n=8, pos=16, timeout=12
 
 
 def cases() -> list[dict]:
-    """Every case, in the order they run: what the issue needs first (the size axis at SmolLM2 and
+    """Every case, in the order they run: the headline axes first (the size axis at SmolLM2 and
     1B), then the dictionary cases, the length axis, Qwen2.5-1.5B in bf16, and the costly rest."""
     s, b, q = "smollm2-135m", "llama-3.2-1b", "qwen2.5-1.5b"
     core = ["load", "load-cached", "eap", "attribution", ("attribution", "tl"), "eap_ig"]
@@ -509,7 +509,7 @@ def table(data: dict) -> str:
     fits = data.get("fit", {})
     lines = [
         f"{START}",
-        "## Memory (issue 36): peak resident memory and time against model size and prompt length",
+        "## Memory: peak resident memory and time against model size and prompt length",
         "",
         "`python benchmarks/memory.py` (table rendered from `benchmarks/memory.json`). "
         f"{data.get('machine', '')}; random weights of real shapes; each case in a fresh process. "
