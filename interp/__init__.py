@@ -24,7 +24,8 @@ docstring says which meaning it has):
     site          a hook point: a full hook name, or a short name + layer/head/pos (`interp.sites`)
     intervention  a frozen dataclass that transforms activations at its sites; a weight edit
                   replaces parameters; a variant is the list of both that one run applies (`interp.run`)
-    ablation      what replaces an activation: "zero", "mean" or "resample" (`interventions.ABLATIONS`)
+    ablation      what replaces an activation: "zero", "mean", "resample" or another registered style
+                  (`interventions.AblationStyle`; their names: `interventions.ABLATIONS`)
     task          clean/corrupt token rows with answers and a metric (`interp.Task`); a task family
                   is a module of `interp.tasks`; a split is one of its ID/OOD parts
     core          an algorithmic core: a small subspace that carries a computation (`interp.cores`);

@@ -18,6 +18,10 @@ protocol (`interp.steering.Steer`, the simplifiers); the generic ones live here:
     Mask        act * m + ref * (1 - m) per head or for the whole site (ablation, head masks)
     Project     keep / remove / flip a subspace (algorithmic cores), at all or chosen positions
 
+An *ablation style* says what an ablated activation is replaced by: an `AblationStyle` subclass
+registered where it is defined (`@ablation_style`: zero, mean and resample here), which every
+`ablation=` argument finds by name; a `Reference` holds its values at one site (`interp.run.reference`).
+
 A *weight edit* changes parameters instead, applied by the runner for the duration of a forward
 (`interp.run.runner.edited`: each edited parameter leaves its module's parameter dict and the edited
 tensor stands in its place as a plain attribute; the original goes back on exit, even on error, so the
@@ -30,7 +34,8 @@ model's own tensors are never written):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Protocol, runtime_checkable
+from collections.abc import Sequence
+from typing import Callable, ClassVar, Mapping, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -39,12 +44,11 @@ from interp.errors import InterpError
 from interp.sites import check_position, hook_name, kind_of, position_axis
 
 __all__ = [
-    "ABLATIONS", "Ablation", "Intervention", "Mask", "Patch", "Project", "Reference", "WeightDelta",
-    "WeightEdit", "WeightMask", "project",
+    "ABLATIONS", "Ablation", "AblationStyle", "Intervention", "Mask", "Patch", "Project", "Reference", "StyleNames",
+    "WeightDelta", "WeightEdit", "WeightMask", "ablation_style", "project",
 ]
 
-Ablation = Literal["zero", "mean", "resample"]
-ABLATIONS: tuple[str, ...] = ("zero", "mean", "resample")
+Ablation = str  # the name of a registered ablation style: one of ABLATIONS
 PROJECTIONS: tuple[str, ...] = ("core_only", "core_removed", "core_flipped")
 
 
@@ -142,7 +146,8 @@ class Patch:
 
 @dataclass(frozen=True)
 class Reference:
-    """What an ablated unit is replaced by at one site (built by `interp.run.reference`).
+    """What an ablated unit is replaced by at one site (built by `interp.run.reference`), in the
+    shape its ablation style (`AblationStyle`, by name) builds and reads it.
 
     zero: `values` is a 0-d zero. mean: `values` is the activation less its batch axis, [pos, ...]
     ([head, dest, src] for attention maps: per destination position), the mean over reference rows
@@ -156,35 +161,149 @@ class Reference:
     pooled: Tensor | None = None
 
     def __post_init__(self) -> None:
-        if self.ablation not in ABLATIONS:
-            raise InterpError(f"ablation {self.ablation!r} is not one of {ABLATIONS}")
+        AblationStyle.of(self.ablation)
 
     def like(self, act: Tensor, start: int = 0, axis: int = 1) -> Tensor:
         """The reference for `act` [batch, ...] whose first position (along `axis`, the site's
         `position_axis`: 2 for attention maps) is `start`."""
-        if self.ablation == "zero":
-            return self.values
-        if self.ablation == "resample":
-            values = _from(self.values, axis, start)
-            if values.shape != act.shape:
-                raise InterpError(
-                    f"resample reference has shape {tuple(self.values.shape)} but the activation has "
-                    f"{tuple(act.shape)}; pass reference token rows of the same shape as the input")
-            return values
-        ax = axis - 1  # mean values have no batch axis
-        end, have = start + act.shape[axis], self.values.shape[ax]
-        if end <= have:
-            return self.values.narrow(ax, start, end - start)
-        shape = list(self.pooled.shape)
-        shape.insert(ax, end - max(have, start))
-        extra = self.pooled.unsqueeze(ax).expand(shape)
-        return torch.cat([self.values.narrow(ax, start, have - start), extra], ax) if start < have else extra
+        return AblationStyle.of(self.ablation).like(self, act, start, axis)
 
     def rows(self, index: Tensor) -> Reference:
-        """The reference for a subset of input rows (only resample references have rows)."""
-        if self.ablation != "resample":
+        """The reference for a subset of input rows (only a paired style's references have rows)."""
+        if not AblationStyle.of(self.ablation).paired:
             return self
         return Reference(self.ablation, self.values[index], self.pooled)
+
+
+# ---------------------------------------------------------------------------------------------
+# ablation styles: what an ablated activation is replaced by, one registered class each
+
+
+class AblationStyle:
+    """One way to ablate. A style is a subclass, registered where it is defined with
+    `@ablation_style`; every `ablation=` argument finds it by `name` (`interp.run.reference`, the
+    masking analyses, sweeps, and circuits' faithfulness when it reads rows).
+
+        name    what `ablation=` says
+        reads   the task rows (a `Task` field: "clean", "corrupt") its reference is built from when
+                the caller gives none; None: it reads no rows (`build` gets no activations)
+        paired  its reference holds one row per input row (each input's own counterfactual), so it
+                is built from rows of the input's shape, per input, never shared between inputs
+    """
+
+    name: ClassVar[str]
+    reads: ClassVar[str | None] = "clean"
+    paired: ClassVar[bool] = False
+
+    def build(self, acts: Tensor | None, valid: Tensor | None, axis: int) -> Reference:
+        """The reference at one site from the reference rows' activations `acts` [batch, pos, ...]
+        (`valid` [batch, pos] bool: not padding; `axis`: the site's position axis); None and None
+        for a style that reads no rows."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how its reference is built")
+
+    def like(self, ref: Reference, act: Tensor, start: int, axis: int) -> Tensor:
+        """What replaces `act` [batch, ...], whose first position along `axis` is `start`: a tensor
+        that broadcasts to it."""
+        raise NotImplementedError(f"{type(self).__name__} does not say what replaces an activation")
+
+    @staticmethod
+    def of(name: str) -> AblationStyle:
+        """The registered style called `name`; InterpError naming the registered ones otherwise."""
+        if name not in ABLATION_STYLES:
+            raise InterpError(f"ablation {name!r} is not one of {ABLATIONS}")
+        return ABLATION_STYLES[name]
+
+
+# name -> its style, in registration order (filled by @ablation_style where each style is defined)
+ABLATION_STYLES: dict[str, AblationStyle] = {}
+
+
+def ablation_style(cls: type[AblationStyle]) -> type[AblationStyle]:
+    """Register the decorated `AblationStyle` subclass under its `name`."""
+    old = ABLATION_STYLES.get(cls.name)
+    if old is not None and (type(old).__module__, type(old).__qualname__) != (cls.__module__, cls.__qualname__):
+        raise InterpError(f"ablation {cls.name!r} is already {type(old).__module__}.{type(old).__qualname__}; "
+                          f"{cls.__module__}.{cls.__qualname__} needs another name")
+    ABLATION_STYLES[cls.name] = cls()
+    return cls
+
+
+class StyleNames(Sequence):
+    """The names of the registered ablation styles that `keep` accepts (all by default), read each time
+    it is used, so a style registered later is in it; shown as a tuple."""
+
+    def __init__(self, keep: Callable[[AblationStyle], bool] | None = None) -> None:
+        self.keep = keep
+
+    def __getitem__(self, i):
+        return tuple(n for n, s in ABLATION_STYLES.items() if self.keep is None or self.keep(s))[i]
+
+    def __len__(self) -> int:
+        return len(self[:])
+
+    def __repr__(self) -> str:
+        return repr(self[:])
+
+
+ABLATIONS = StyleNames()
+
+
+@ablation_style
+class ZeroAblation(AblationStyle):
+    """Zero: the activation replaced by zeros."""
+
+    name, reads = "zero", None
+
+    def build(self, acts: Tensor | None, valid: Tensor | None, axis: int) -> Reference:
+        return Reference("zero", torch.zeros(()))  # cpu: a 0-dim zero meets any device
+
+    def like(self, ref: Reference, act: Tensor, start: int, axis: int) -> Tensor:
+        return ref.values
+
+
+@ablation_style
+class MeanAblation(AblationStyle):
+    """Mean: per position, the mean over the reference rows (padding excluded); past their width,
+    the mean over all their positions."""
+
+    name, reads = "mean", "clean"
+
+    def build(self, acts: Tensor | None, valid: Tensor | None, axis: int) -> Reference:
+        shape = [1] * acts.ndim
+        shape[0], shape[axis] = valid.shape
+        w = valid.to(acts).view(shape)  # [batch, 1.., pos, 1...]
+        pooled = (acts * w).sum((0, axis)) / w.sum((0, axis))
+        count = w.sum(0)  # [1.., pos, 1...]
+        per_pos = torch.where(count > 0, (acts * w).sum(0) / count.clamp_min(1), pooled.unsqueeze(axis - 1))
+        return Reference("mean", per_pos, pooled)
+
+    def like(self, ref: Reference, act: Tensor, start: int, axis: int) -> Tensor:
+        ax = axis - 1  # mean values have no batch axis
+        end, have = start + act.shape[axis], ref.values.shape[ax]
+        if end <= have:
+            return ref.values.narrow(ax, start, end - start)
+        shape = list(ref.pooled.shape)
+        shape.insert(ax, end - max(have, start))
+        extra = ref.pooled.unsqueeze(ax).expand(shape)
+        return torch.cat([ref.values.narrow(ax, start, have - start), extra], ax) if start < have else extra
+
+
+@ablation_style
+class ResampleAblation(AblationStyle):
+    """Resample: each input row's activation on its own reference row (the paired counterfactual)."""
+
+    name, reads, paired = "resample", "corrupt", True
+
+    def build(self, acts: Tensor | None, valid: Tensor | None, axis: int) -> Reference:
+        return Reference("resample", acts)
+
+    def like(self, ref: Reference, act: Tensor, start: int, axis: int) -> Tensor:
+        values = _from(ref.values, axis, start)
+        if values.shape != act.shape:
+            raise InterpError(
+                f"resample reference has shape {tuple(ref.values.shape)} but the activation has "
+                f"{tuple(act.shape)}; pass reference token rows of the same shape as the input")
+        return values
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ Faithfulness runs the model on the clean inputs with every edge outside the circ
 receiver's input loses the current outputs of its out-of-circuit senders and gets their reference
 outputs instead (`AblateOutside`). "mean": the sender's output averaged over the corrupt inputs
 (per position); "resample": the sender's output on each row's own corrupt input (the paired
-counterfactual, so the empty circuit gives exactly the corrupt run). The fraction recovered is
+counterfactual, so the empty circuit gives exactly the corrupt run); any other registered ablation
+style that reads rows (`interp.interventions.AblationStyle`), built from the corrupt inputs. The
+fraction recovered is
 
     (m(circuit) - m(corrupt)) / (m(clean) - m(corrupt))
 
@@ -34,13 +36,15 @@ from interp.circuits.graph import Graph, node
 from interp.circuits.mib import MIB_FRACTIONS, areas, mib_sizes
 from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
+from interp.interventions import AblationStyle, StyleNames
 from interp.metrics import for_task
 from interp.results import Grid, result
 from interp.tasks.base import Task, pad_id
 
 __all__ = ["ABLATIONS", "AblateOutside", "Faithfulness", "Runner", "check_graph", "faithfulness", "faithfulness_curve", "greedy", "has_path", "prune"]
 
-ABLATIONS = ("mean", "resample")
+# the registered ablation styles that read rows (their reference is built from the corrupt rows here)
+ABLATIONS = StyleNames(lambda style: style.reads is not None)
 
 
 def _node_of(name: str, per: int) -> list[str]:
@@ -120,7 +124,7 @@ class AblateOutside:
 
     `keep` [sender, receiver] bool over the model's full sender/receiver lists (entries that are
     not edges are ignored); `reference` the senders' reference outputs, [pos, sender, d_model]
-    (mean) or [batch, pos, sender, d_model] (resample).
+    (mean: one for every row) or [batch, pos, sender, d_model] (resample: one per row).
 
     A receiver's input is the sum of its upstream senders' live outputs (plus biases), so with
     diff_s = live_s - reference_s and D the running sum of diff over the senders so far,
@@ -267,18 +271,15 @@ class Runner:
         self.corrupt = run.scalar(self.metric, corrupt_logits, "corrupt")
         task_baselines(self.clean, self.corrupt)
         outs = w.sender_outputs(acts)  # [b, p, S, d]
-        if ablation == "resample":
-            self.reference = outs
-        else:  # per-position mean over the corrupt rows that are not padding there
-            pad = pad_id(model)
-            valid = torch.ones(self.task.corrupt.shape, dtype=torch.bool, device=outs.device)
-            if pad is not None:
-                valid = self.task.corrupt != pad
-            valid[:, 0] = True
-            wgt = valid.to(outs)[:, :, None, None]
-            count = wgt.sum(0)
-            pooled = (outs * wgt).sum((0, 1)) / wgt.sum((0, 1))
-            self.reference = torch.where(count > 0, (outs * wgt).sum(0) / count.clamp_min(1), pooled)
+        # the style's reference from the corrupt rows (padding excluded), as every position of the clean run reads it
+        pad = pad_id(model)
+        valid = torch.ones(self.task.corrupt.shape, dtype=torch.bool, device=outs.device)
+        if pad is not None:
+            valid = self.task.corrupt != pad
+        valid[:, 0] = True
+        style = AblationStyle.of(ablation)
+        values = style.like(style.build(outs, valid, 1), outs, 0, 1)  # mean [p, S, d], resample [b, p, S, d]
+        self.reference = values if values.ndim >= 3 else values.expand(outs.shape[1:])
 
     def keep(self, graph: Graph, n: int, order: Tensor) -> Tensor:
         """[sender, receiver] bool: the first n edges of `graph` in `order`."""

@@ -13,7 +13,7 @@ from torch import Tensor
 from interp import run
 from interp.errors import InterpError
 from interp.sites import check_head, check_layer
-from interp.interventions import Ablation, Mask, Reference
+from interp.interventions import Ablation, AblationStyle, Mask, Reference
 from interp.metrics import for_task
 from interp.results import Grid, result
 from interp.sites import hook_name, position_axis
@@ -225,10 +225,12 @@ def references(
 
 
 def default_reference(task: Task, ablation: Ablation, reference: Tensor | None) -> Tensor | None:
-    """`reference` if given, else the task's clean rows (mean) or corrupt rows (resample); zero: none."""
-    if reference is not None or ablation == "zero":
+    """`reference` if given, else the task rows the style reads (`AblationStyle.reads`: clean for
+    mean, corrupt for resample); zero: none."""
+    if reference is not None:
         return reference
-    return task.corrupt if ablation == "resample" else task.clean
+    reads = AblationStyle.of(ablation).reads
+    return None if reads is None else getattr(task, reads)
 
 
 # ---------------------------------------------------------------------------------------------

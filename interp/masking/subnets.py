@@ -13,9 +13,9 @@ from tqdm.auto import tqdm
 
 from interp import run
 from interp.errors import InterpError
-from interp.interventions import Ablation
+from interp.interventions import Ablation, AblationStyle
 from interp.masking.learn import learn_mask, subnetworks
-from interp.masking.mask import HeadMask, MeanOver, check_mask, check_task, interventions, references, sites
+from interp.masking.mask import HeadMask, MeanOver, check_mask, check_task, default_reference, interventions, references, sites
 from interp.metrics import binary_accuracy, for_task
 from interp.results import Grid, result
 from interp.tasks.base import Task
@@ -116,6 +116,12 @@ def _as_splits(splits: Mapping[str, Task] | Sequence[Task]) -> dict[str, Task]:
     return out
 
 
+def _shared_rows(task: Task, ablation: Ablation) -> Tensor | None:
+    """The rows `evaluate` shares between splits for `ablation`: the task's rows it reads (clean for
+    mean), none for a paired style (each split's own) or one that reads none."""
+    return None if AblationStyle.of(ablation).paired else default_reference(task, ablation, None)
+
+
 @records_peak
 def evaluate(
     model,
@@ -132,21 +138,22 @@ def evaluate(
     each mask: a [model, split, metric] Grid whose first model is "full".
 
     Per split, every mask is one variant of `interp.run.evaluate` (batched forwards; both metrics
-    from one pass). Mean ablation uses one reference
-    for every split: `reference` token rows, by default the first split's clean rows. Resample
-    uses each split's own corrupt rows. `mean_over`: see `masking.references`.
+    from one pass). Mean ablation (any style that is not `paired`) uses one reference for every
+    split: `reference` token rows, by default the first split's rows it reads (clean). Resample (a
+    paired style) uses each split's own rows (corrupt). `mean_over`: see `masking.references`.
     """
     masks = [masks] if isinstance(masks, HeadMask) else list(masks)
     tasks = _as_splits(splits)
     first = next(iter(tasks.values()))
-    mean_ref = (reference if reference is not None else first.clean) if ablation == "mean" else None
+    style = AblationStyle.of(ablation)
     values = torch.zeros(len(masks) + 1, len(tasks), 2)
     for m in masks:
         check_mask(model, m)
     site_union = sites(HeadMask.full(model, mlps=any(m.mlps is not None for m in masks)))
-    shared = references(model, site_union, ablation, mean_ref, mean_over) if ablation != "resample" else None
+    rows = None if style.reads is None else default_reference(first, ablation, reference)  # zero reads none, even if given
+    shared = None if style.paired else references(model, site_union, ablation, rows, mean_over)
     for j, (name, task) in enumerate(tasks.items()):
-        refs = shared or run.reference(model, site_union, "resample", reference if reference is not None else task.corrupt)
+        refs = shared or run.reference(model, site_union, ablation, default_reference(task, ablation, reference))
         variants = [[], *(interventions(m, refs) for m in masks)]
 
         def both(logits: Tensor, task: Task = task, metric=for_task(task)) -> dict[str, Tensor]:
@@ -253,7 +260,7 @@ def study(
     cores = {k: heuristic_core(ms) for k, ms in per_sparsity.items()}
     core_masks = [HeadMask(c.heads, c.mlps, {"name": f"core s={k}"}) for k, c in cores.items()]
     grid = evaluate(model, masks + core_masks, tasks, ablation=ablation, mean_over=mean_over,
-                    reference=task.clean if ablation == "mean" else None, progress=progress)
+                    reference=_shared_rows(task, ablation), progress=progress)
     names = list(tasks)
     meta = {"task": f"{task.name}/{task.split}", "sparsities": list(sparsities), "seeds": list(seeds),
             "core_per_sparsity": {k: [list(h) for h in c.kept_heads()] for k, c in cores.items()},
@@ -312,8 +319,7 @@ def effective_size(
     masks = [learn_mask(model, task, sparsity=s, seed=seed, progress=False, **kwargs)
              for s in tqdm(sorted(sparsities), desc="effective size", disable=not progress)]
     ablation = kwargs.get("ablation", "mean")
-    grid = evaluate(model, masks, tasks, ablation=ablation, reference=task.clean if ablation == "mean" else None,
-                    progress=progress)
+    grid = evaluate(model, masks, tasks, ablation=ablation, reference=_shared_rows(task, ablation), progress=progress)
     acc = grid.values[:, :, 0]  # [model, split], row 0 = full
     n_units = masks[0].n_units if masks else 1
     kept = [n_units] + [n_units - int((m.units() == 0).sum()) for m in masks]

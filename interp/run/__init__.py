@@ -15,7 +15,7 @@ error, and a model handed in comes back unchanged.
                                                  with autograd as the caller has it; natively where it can
     decoder(model, sites, cached=True)           one decoding step's forward, on the engine it qualifies for
     input_device(model)                          where tokens go (each entry point moves them there)
-    reference(model, names, ablation, tokens)    what zero / mean / resample ablation replaces with
+    reference(model, names, ablation, tokens)    what zero / mean / resample (any registered style) replaces with
     evaluate(model, tokens, variants, metric)    the metric under each of many variants, side by side
     engine_of(model, tokens, variants)           which engine `evaluate` runs them on
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from interp.errors import InterpError
 from interp.hooks import hooks
-from interp.interventions import ABLATIONS, Intervention, Reference, WeightEdit
+from interp.interventions import AblationStyle, Intervention, Reference, WeightEdit
 from interp.metrics import Metric
 from interp.model import input_device
 from interp.sites import check_tokens, position_axis
@@ -270,15 +270,16 @@ def with_grad(model, tokens: Tensor, names: Sequence[str], interventions: Varian
 
 
 def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None = None, *, chunk: int = 256) -> dict[str, Reference]:
-    """One `Reference` per hook name: zero (no tokens), mean over `tokens` rows (per position,
-    padding excluded, pooled over positions past their width), or resample (the activations of
-    `tokens`, which must have the shape of the input the interventions will see)."""
-    if ablation not in ABLATIONS:
-        raise InterpError(f"ablation {ablation!r} is not one of {ABLATIONS}")
-    if ablation == "zero":
+    """One `Reference` per hook name, built by the registered ablation style `ablation`
+    (`interp.interventions.AblationStyle`) from the activations of `tokens` rows: zero (no tokens),
+    mean over `tokens` rows (per position, padding excluded, pooled over positions past their width),
+    or resample (the activations of `tokens`, which must have the shape of the input the interventions
+    will see)."""
+    style = AblationStyle.of(ablation)
+    if style.reads is None:
         if tokens is not None:
-            raise InterpError("zero ablation takes no reference tokens")
-        return {n: Reference("zero", torch.zeros(())) for n in names}  # cpu: a 0-dim zero meets any device
+            raise InterpError(f"{ablation} ablation takes no reference tokens")
+        return {n: style.build(None, None, position_axis(n)) for n in names}
     if tokens is None:
         raise InterpError(f"{ablation} ablation needs reference token rows [batch, pos] (e.g. task.clean)")
     check_tokens(tokens, "reference tokens", model=model)
@@ -290,23 +291,9 @@ def reference(model, names: Sequence[str], ablation: str, tokens: Tensor | None 
         for n in names:
             parts[n].append(acts[n])
     pad = pad_id(model)
-    valid = torch.ones(tokens.shape, dtype=torch.bool) if pad is None else (tokens != pad).cpu()  # cpu: moved beside the activations below
+    valid = torch.ones(tokens.shape, dtype=torch.bool) if pad is None else (tokens != pad).cpu()  # cpu: the style moves it beside the activations
     valid[:, 0] = True  # a row is never all padding
-    out = {}
-    for n in names:
-        a = torch.cat(parts[n], 0)  # [batch, pos, ...]
-        if ablation == "resample":
-            out[n] = Reference("resample", a)
-            continue
-        ax = position_axis(n)  # 2 (dest) for attention maps
-        shape = [1] * a.ndim
-        shape[0], shape[ax] = valid.shape
-        w = valid.to(a).view(shape)  # [batch, 1.., pos, 1...]
-        pooled = (a * w).sum((0, ax)) / w.sum((0, ax))
-        count = w.sum(0)  # [1.., pos, 1...]
-        per_pos = torch.where(count > 0, (a * w).sum(0) / count.clamp_min(1), pooled.unsqueeze(ax - 1))
-        out[n] = Reference("mean", per_pos, pooled)
-    return out
+    return {n: style.build(torch.cat(parts[n], 0), valid, position_axis(n)) for n in names}  # [batch, pos, ...] each
 
 
 def gather_hook(index: Tensor) -> Callable:

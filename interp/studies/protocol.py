@@ -116,14 +116,14 @@ class Entry:
 
 class _Table(UserDict):
     """name -> Entry. The first read imports every study folder of interp.studies (each registers itself
-    on import), so the table is whole whoever reads it first."""
+    on import; every folder on the package's `__path__`), so the table is whole whoever reads it first."""
 
     _filled = False
 
     def _fill(self) -> None:
         if not _Table._filled:
             _Table._filled = True
-            for found in pkgutil.iter_modules([str(Path(__file__).parent)]):
+            for found in pkgutil.iter_modules(importlib.import_module(__package__).__path__):
                 if found.ispkg:
                     importlib.import_module(f"{__package__}.{found.name}")
 
