@@ -54,6 +54,29 @@ def test_sae_recovers_planted_directions():
         _random_dictionary("blocks.0.hook_resid_post", "blocks.0.hook_resid_post").to_grid()
 
 
+@pytest.mark.parametrize("aux_values, revived", [("signed", True), ("relu", False)])
+def test_auxk_reaches_a_feature_whose_pre_activations_fell_below_zero(aux_values, revived):
+    """A planted dead feature, its pre-activation far below zero on every token: signed AuxK moves its
+    encoder and decoder rows; Gao et al.'s relu'd AuxK gives it no gradient at all, so it stays exactly
+    where it was."""
+    from interp.features.train import _Trainee
+
+    x, _ = _planted(n=4096)
+    r = Recipe(n_features=8, k=1, tokens=10_000, dead_after=1, lr=1e-2, aux_values=aux_values)
+    t = _Trainee(32, 32, r, torch.Generator().manual_seed(0), x.mean(0), 1.0, 1.0)
+    with torch.no_grad():
+        t.b_enc[0] = -1e3  # feature 0: every pre-activation far below zero
+    t.since[0] = 10  # already dead; the others fire at the first step
+    w_enc, w_dec = t.W_enc[:, 0].detach().clone(), t.W_dec[0].detach().clone()
+    for _ in range(5):
+        t.step(x[:512], x[:512], r, first=False)
+        t.since[0] = 10  # keep it in AuxK's dead set
+    moved = (t.W_enc[:, 0] - w_enc).abs().max().item() + (t.W_dec[0] - w_dec).abs().max().item()
+    assert (moved > 1e-3) if revived else (moved == 0.0), moved
+    with pytest.raises(InterpError, match="aux_values"):
+        Recipe(aux_values="exp")
+
+
 def test_the_api_a_user_expects():
     """interp.features exports Recipe, fit, scores and train_dictionaries; `train` is the module
     (its Recipe reachable), and calling it (the old function) still works, with a DeprecationWarning."""

@@ -297,7 +297,8 @@ class _CLTTrainee:
         dead = self.since > recipe.dead_after
         aux = torch.zeros((), device=x.device)
         if dead.any() and not self.jump:  # AuxK (train.py's): dead features rebuild the error from their own top aux_k per token
-            hd = (h * dead).flatten(1)
+            vals = pre if recipe.aux_values == "signed" else h  # Recipe.aux_values
+            hd = vals.masked_fill(~dead, float("-inf")).flatten(1)  # chosen among the dead only
             top = hd.topk(min(recipe.aux_k, int(dead.sum())), dim=1)
             fd = torch.zeros_like(hd).scatter(1, top.indices, top.values).view_as(h)
             e = err.detach()

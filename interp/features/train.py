@@ -16,7 +16,11 @@ Decoder rows are unit-norm (their gradient's parallel part removed before each A
 for ReLU + L1, whose penalty weighs each activation by its row's norm instead. The top-k
 architectures add the AuxK loss of Gao et al. 2024 (dead features, none firing for `dead_after`
 tokens, rebuild the residual error from their own top `aux_k`), which keeps features alive without
-resampling; k sets their L0 directly. Every architecture saves as a `Dictionary`: ReLU with no
+resampling; k sets their L0 directly. By default (`aux_values="signed"`) the dead features' top
+pre-activations enter AuxK as they are, below zero included: Gao et al. pass them through a relu
+(`"relu"`), which gives no gradient to a feature whose pre-activations have all fallen below zero, and
+on SmolLM2's MLPs (16,384 features, 100 steps of 1,024 tokens) that left 87 % of a layer's features dead
+against 36 % signed (docs/features_budget.md says how it was measured). Every architecture saves as a `Dictionary`: ReLU with no
 threshold; TopK with its k (kept per token at inference); JumpReLU with its trained thresholds;
 BatchTopK and Matryoshka as a JumpReLU with one threshold for every feature (the running mean of
 the smallest kept activation). The input and output scales are folded into the weights, so a
@@ -68,6 +72,7 @@ __all__ = ["ARCHITECTURES", "CODE_VERSION", "Recipe", "fit", "fit_each", "from_c
 
 
 ARCHITECTURES = ("relu", "topk", "batchtopk", "jumprelu", "matryoshka")
+AUX_VALUES = ("signed", "relu")
 THRESHOLD_START = 0.5  # JumpReLU's thresholds at step 0, in scaled units
 
 
@@ -83,7 +88,10 @@ class Recipe:
     rectangle-kernel pseudo-derivative of width `bandwidth` with loss + l0_coefficient * L0
     (Rajamanoharan et al. 2024); "matryoshka": BatchTopK whose nested prefixes `prefixes` (feature
     counts, the last = n_features; () halves n_features three times) each rebuild y, the loss their
-    mean (Bussmann et al. 2025). k is used by the three top-k architectures only."""
+    mean (Bussmann et al. 2025). k is used by the three top-k architectures only.
+
+    `aux_values`: how the dead features' top `aux_k` pre-activations enter the top-k architectures'
+    AuxK loss: "signed" as they are, "relu" through a relu (Gao et al. 2024; see the module docstring)."""
 
     n_features: int = 2048
     k: int = 32
@@ -100,6 +108,7 @@ class Recipe:
     l0_coefficient: float = 1e-3
     bandwidth: float = 0.05
     prefixes: Sequence[int] = ()
+    aux_values: str = "signed"
 
     def __post_init__(self) -> None:
         for name in ("n_features", "k", "tokens", "rows", "aux_k", "dead_after", "checkpoint_every"):
@@ -108,6 +117,8 @@ class Recipe:
                 raise InterpError(f"Recipe.{name}={v!r} must be an int >= 1")
         if self.k > self.n_features:
             raise InterpError(f"Recipe.k={self.k} must be at most n_features={self.n_features}")
+        if self.aux_values not in AUX_VALUES:
+            raise InterpError(f"Recipe.aux_values={self.aux_values!r} is not one of {AUX_VALUES}")
         if self.architecture not in ARCHITECTURES:
             raise InterpError(f"Recipe.architecture={self.architecture!r} is not one of {ARCHITECTURES}")
         for name in ("l1_coefficient", "l0_coefficient", "bandwidth"):
@@ -239,11 +250,11 @@ class _Trainee:
 
     def auxk(self, pre: Tensor, err: Tensor) -> Tensor:
         """Gao et al.'s AuxK loss (top-k architectures): dead features rebuild the residual error
-        from their own top aux_k."""
+        from their own top aux_k pre-activations (signed, or relu'd: Recipe.aux_values)."""
         dead = self.since > self.recipe.dead_after
         if self.recipe.architecture in ("relu", "jumprelu") or not dead.any():
             return torch.zeros((), device=pre.device)
-        hd = torch.relu(pre[:, dead])
+        hd = pre[:, dead] if self.recipe.aux_values == "signed" else torch.relu(pre[:, dead])
         e_hat = _keep(hd, hd.topk(min(self.recipe.aux_k, hd.shape[1]), dim=1)) @ self.W_dec[dead]
         return (err - e_hat).pow(2).sum(-1).mean() / (err - err.mean(0)).pow(2).sum(-1).mean().clamp_min(1e-12)
 
