@@ -119,3 +119,16 @@ def test_edges_mib_cannot_name_are_refused():
         to_mib(Graph((), (), torch.zeros(0), {"n_layers": 1, "n_heads": 1, "n_kv_heads": 1}))
     with pytest.raises(InterpError, match="same model"):
         to_mib(_graph(2, 3), circuit=_graph(3, 3))
+
+
+def test_a_graph_from_edge_attribution_exports_without_being_told_the_width():
+    """eap's Graph carries the model's width in its meta, so to_mib needs no d_model=; every edge of the
+    model's graph is named as MIB's loader names it."""
+    import interp
+    from interp.circuits import eap
+
+    model = interp.load("zoo:lm-gpt2")
+    g = eap(model, interp.tasks.make("ioi", split="train", n=4), progress=False)
+    data = to_mib(g)
+    assert data["cfg"]["d_model"] == model.cfg.d_model == g.meta["d_model"]
+    assert set(data["edges"]) == set(mib_names(model.cfg.n_layers, model.cfg.n_heads)[1])

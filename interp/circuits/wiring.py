@@ -66,6 +66,7 @@ class Wiring:
     def __init__(self, model):
         cfg = model.cfg
         self.n_layers, self.n_heads, self.n_kv = int(cfg.n_layers), int(cfg.n_heads), n_kv_heads(model)
+        self.d_model = int(cfg.d_model)  # in the graph's meta: what MIB's submission format asks for
         self.senders = sender_nodes(self.n_layers, self.n_heads, self.n_kv)
         self.receivers = receiver_nodes(self.n_layers, self.n_heads, self.n_kv)
         L = range(self.n_layers)
@@ -122,7 +123,7 @@ class Wiring:
         return self._slots[site]
 
     def meta(self) -> dict:
-        return {"n_layers": self.n_layers, "n_heads": self.n_heads, "n_kv_heads": self.n_kv}
+        return {"n_layers": self.n_layers, "n_heads": self.n_heads, "n_kv_heads": self.n_kv, "d_model": self.d_model}
 
     def head_out(self, layer: int, z: Tensor) -> Tensor:
         """Per-head writes [..., head, d_model] from z [..., head, d_head]."""
