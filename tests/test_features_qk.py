@@ -174,6 +174,36 @@ def test_terms_sum_to_the_score_on_the_zoo_families(tiny_models, family, kind):
     assert any(x.layer == 1 and (x.query_parts[:, 0] == FEATURE).any() for x in found)  # features take part
 
 
+def test_a_soft_capped_score_with_its_own_scale_is_attributed_before_the_cap(tmp_path):
+    """Gemma-2 soft-caps scores (c * tanh(s / c)) and scales <q, k> by query_pre_attn_scalar ** -0.5,
+    not d_head ** -0.5: with a scalar of 2 (d_head 8) and queries and keys scaled up until the cap
+    bends the scores, the terms sum to the score before the cap and the cap of that sum is the model's."""
+    import json as _json
+
+    folder = interp.build_tiny("gemma2", tmp_path / "g2", seed=0)
+    cfg_file = folder / "config.json"
+    cfg = _json.loads(cfg_file.read_text())
+    cfg["query_pre_attn_scalar"] = 2
+    cfg_file.write_text(_json.dumps(cfg))
+    model = interp.load(str(folder))
+    with torch.no_grad():
+        for name, w in model.original_model.named_parameters():
+            if "q_proj" in name or "k_proj" in name:
+                w.mul_(30)
+    tokens = model.to_tokens("the keys to the cabinet")
+    found = qk_attribution(model, tokens, random_transcoders(model), [(1, 0, 4, 1), (1, 1, 3, 0), (0, 2, 5, 2)])
+    _, cache = run.cache(model, tokens, [f"blocks.{l}.attn.hook_attn_scores" for l in range(2)])
+    cap = cfg["attn_logit_softcapping"]
+    bent = 0
+    for x in found:
+        capped = float(cache[f"blocks.{x.layer}.attn.hook_attn_scores"][0, x.head, x.query, x.key])
+        assert float(x.terms.sum()) == pytest.approx(x.score, abs=1e-5)
+        assert cap * torch.tanh(torch.tensor(x.score / cap)).item() == pytest.approx(capped, abs=1e-3, rel=1e-4)
+        assert x.meta["softcap"] == cap and x.meta["capped_score"] == pytest.approx(capped, abs=1e-6)
+        bent += abs(x.score - capped) > 1e-2  # the cap matters here: the sum is not the capped score
+    assert bent >= 1
+
+
 def test_bad_edges_are_refused(llama):
     tcs = random_transcoders(llama)
     with pytest.raises(InterpError, match="key <= query"):

@@ -31,6 +31,7 @@ the model's own code.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -203,8 +204,10 @@ def qk_attribution(model, prompt: str | Tensor, transcoders: Transcoders, edges:
                    *, drop_bos: bool = True) -> list[QKAttribution]:
     """The QK attribution of each attention edge (layer, head, query position, key position) of
     `prompt`, its parts read through `transcoders` (per-layer or one CLT, as `attribute`). Each
-    result's terms sum to the model's pre-softmax score (checked: InterpError where they do not,
-    e.g. a soft-capped score)."""
+    result's terms sum to the model's pre-softmax score (checked: InterpError where they do not).
+    On a model that soft-caps its scores (Gemma-2: c * tanh(s / c)) they sum to s, the score before
+    the cap, which is `score`; the capped score the softmax reads is meta["capped_score"] (the cap
+    is monotone, so the ranking of pairs is the same)."""
     tokens = _tokens(model, prompt)
     rep = replacement(model, transcoders)
     edges = _check_edges(model, edges, tokens.shape[1])
@@ -214,8 +217,7 @@ def qk_attribution(model, prompt: str | Tensor, transcoders: Transcoders, edges:
         "hook_resid_pre", "hook_attn_out", "ln1.hook_scale", "attn.hook_attn_scores", "attn.hook_pattern"))]
     _, clean = run.cache(model, tokens, [n for n in dict.fromkeys(names) if n in model.hook_dict])
     strings = tuple(str(s) for s in model.to_str_tokens(tokens[0]))
-    given = getattr(model.cfg, "attn_scale", None)  # TL's divisor of q.k; the bridge may leave it unset (-1)
-    scale = 1.0 / given if isinstance(given, (int, float)) and given > 0 else model.cfg.d_head ** -0.5
+    cap = getattr(getattr(model.original_model, "config", None), "attn_logit_softcapping", None)
     tol = 1e-3 if clean[EMBED].dtype == torch.float32 else 3e-2
     out = []
     for layer in sorted({e[0] for e in edges}):
@@ -228,19 +230,35 @@ def qk_attribution(model, prompt: str | Tensor, transcoders: Transcoders, edges:
                 raise InterpError(f"the residual entering block {layer} is not the sum of the embedding, the attention "
                                   "and the MLP outputs on this model, so it has no QK attribution by parts")
         qs, ks = _projected(model, tokens, clean, layer, vecs)
+        scale = _score_scale(model, layer)
         for _, head, q, k in mine:
             kv = head * ks[k].shape[1] // qs[q].shape[1]  # grouped-query heads share a key head
             terms = qs[q][:, head] @ ks[k][:, kv].T * scale  # [1 + query parts, 1 + key parts]
-            score = float(clean[f"blocks.{layer}.attn.hook_attn_scores"][0, head, q, k])
-            if abs(float(terms.sum()) - score) > tol * (1 + abs(score)):
-                raise InterpError(f"L{layer} H{head} @{q}<-{k}: the parts' terms sum to {float(terms.sum()):.6g} but the "
-                                  f"model's score is {score:.6g}; the score is not <q, k> * {scale:.4g} here (soft-capping?)")
+            score = float(clean[f"blocks.{layer}.attn.hook_attn_scores"][0, head, q, k])  # after the cap, if any
+            summed = float(terms.sum())
+            rebuilt = cap * math.tanh(summed / cap) if cap else summed
+            if abs(rebuilt - score) > tol * (1 + abs(score)):
+                raise InterpError(f"L{layer} H{head} @{q}<-{k}: the parts' terms sum to {summed:.6g} but the model's score is "
+                                  f"{score:.6g}; the score is not <q, k> * {scale:.4g}" + (f", soft-capped at {cap}," if cap else "")
+                                  + " on this model")
             bias = [(BIAS, layer, -1, -1)]
+            meta = {"drop_bos": bool(skip), **({"softcap": float(cap), "capped_score": score} if cap else {})}
             out.append(QKAttribution(
-                layer, head, q, k, score, float(clean[f"blocks.{layer}.attn.hook_pattern"][0, head, q, k]), terms.cpu(),
+                layer, head, q, k, summed if cap else score, float(clean[f"blocks.{layer}.attn.hook_pattern"][0, head, q, k]), terms.cpu(),
                 torch.tensor(bias + keys[q]), torch.tensor(bias + keys[k]), strings,  # cpu: a result
-                model=getattr(model.cfg, "model_name", "") or "", meta={"drop_bos": bool(skip)}))
+                model=getattr(model.cfg, "model_name", "") or "", meta=meta))
     return out
+
+
+def _score_scale(model, layer: int) -> float:
+    """The factor on <q, k> in block `layer`: the Hugging Face attention module's own `scaling`
+    (Gemma's query_pre_attn_scalar ** -0.5 need not be d_head ** -0.5), else TL's attn_scale, else
+    d_head ** -0.5."""
+    for module in model.original_model.modules():
+        if getattr(module, "layer_idx", None) == layer and isinstance(getattr(module, "scaling", None), float):
+            return module.scaling
+    given = getattr(model.cfg, "attn_scale", None)  # TL's divisor of q.k; the bridge may leave it unset (-1)
+    return 1.0 / given if isinstance(given, (int, float)) and given > 0 else model.cfg.d_head ** -0.5
 
 
 def attention_edges(model, prompt: str | Tensor, n: int = 8, *, drop_bos: bool = True) -> list[tuple[int, int, int, int]]:
