@@ -77,6 +77,27 @@ def test_auxk_reaches_a_feature_whose_pre_activations_fell_below_zero(aux_values
         Recipe(aux_values="exp")
 
 
+def test_a_checkpoint_with_no_aux_values_reads_back_as_relu_auxk(zoo, tmp_path):
+    """A checkpoint whose recipe has no aux_values was written when AuxK always relu'd its values, so
+    its dictionary's meta says "relu", not today's default; one that has the key keeps it."""
+    from safetensors import safe_open
+
+    from interp.files.storage import write_tensors_atomic
+
+    rows, valid = token_rows(zoo, "zoo", max_rows=64, seed=4)
+    site = "blocks.1.hook_resid_post"
+    r = Recipe(n_features=32, k=2, tokens=200, rows=16, checkpoint_every=2)
+    train_dictionaries(zoo, [site], rows, valid, tmp_path, recipe=r, progress=False)
+    assert from_checkpoint(tmp_path)[(site, site)].meta["recipe"]["aux_values"] == "signed"
+    ckpt = tmp_path / "checkpoint.safetensors"
+    with safe_open(str(ckpt), "pt") as fh:
+        meta, saved = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+    ident = json.loads(meta["identity"])
+    del ident["recipe"]["aux_values"]  # one recipe: a dict, as the trainer before the key wrote it
+    write_tensors_atomic(ckpt, saved, {**meta, "identity": json.dumps(ident, sort_keys=True)})
+    assert from_checkpoint(tmp_path)[(site, site)].meta["recipe"]["aux_values"] == "relu"
+
+
 def test_the_api_a_user_expects():
     """interp.features exports Recipe, fit, scores and train_dictionaries; `train` is the module
     (its Recipe reachable), and calling it (the old function) still works, with a DeprecationWarning."""

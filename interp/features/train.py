@@ -602,8 +602,8 @@ def from_checkpoint(out: str | Path) -> dict[tuple, Dictionary]:
         saved = {k: fh.get_tensor(k) for k in fh.keys()}
     ident = json.loads(meta["identity"])
     plain = ident["recipe"] if isinstance(ident["recipe"], list) else [ident["recipe"]]
-    # a checkpoint from before the architecture field trained BatchTopK
-    recipes = [Recipe(**{"architecture": "batchtopk", **r, "tokens": int(meta["tokens"])}) for r in plain]
+    # a checkpoint from before the architecture field trained BatchTopK; one from before aux_values, relu'd AuxK
+    recipes = [Recipe(**{"architecture": "batchtopk", "aux_values": "relu", **r, "tokens": int(meta["tokens"])}) for r in plain]
     result = {}
     for i, (recipe, (site_in, site_out)) in enumerate((r, p) for r in recipes for p in ident["pairs"]):
         t = _Trainee.saved(i, saved, recipe)
