@@ -310,6 +310,7 @@ def main(argv=None) -> None:
     p.add_argument("--every", type=int, default=None, help="train: keep the dictionaries after every N tokens")
     p.add_argument("--device", default=None, help="train, curve: where the model runs (e.g. cuda; default: interp.load's)")
     p.add_argument("--bench", default=None, help="curve: a benchmarks/dictionary_budget.py JSON to include")
+    p.add_argument("--auxk", default=None, help="curve: a benchmarks/dictionary_auxk.py JSON to include")
     a = p.parse_args(argv)
     layers = None if a.layers is None else tuple(int(l) for l in a.layers.split(","))
     if a.what == "train":
@@ -320,6 +321,8 @@ def main(argv=None) -> None:
         data = {"suite": a.names[0], **curve(a.names[0], a.budget, layers, device=a.device)}
         if a.bench:
             data["throughput"] = json.loads(Path(a.bench).read_text(encoding="utf-8"))
+        if a.auxk:
+            data["auxk"] = json.loads(Path(a.auxk).read_text(encoding="utf-8"))
         data["provenance"] = {"commit": commit(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                               "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}"}
         write_text_atomic(a.json, json.dumps(data, indent=1) + "\n")

@@ -17,7 +17,9 @@ def _run(r: Render, data: dict) -> str:
     b, t = "/budget", "/trained"
     layers = ", ".join(r.int(f"{b}/layers/{i}") for i in range(len(data["budget"]["layers"])))
     return r.region(
-        f"Transcoders of {r.int(b + '/n_features')} features (BatchTopK, `k` {r.int(b + '/k')}, learning rate "
+        f"Transcoders of {r.int(b + '/n_features')} features (BatchTopK, `k` {r.int(b + '/k')}"
+        + (f", AuxK {r.text(b + '/aux_values')}" if "aux_values" in data["budget"] else "") + ", learning rate "
+        f"
         f"{r.num(b + '/lr')}, {r.int(b + '/rows')} rows of {r.int(b + '/n_ctx')} tokens a step) at layers {layers} of "
         f"SmolLM2-135M, all from the same forwards, trained on {r.int(t + '/tokens')} tokens of the english text "
         f"(of its {r.int(b + '/text_tokens')}) "
@@ -95,7 +97,21 @@ def _throughput(r: Render, data: dict) -> str:
     return r.region("\n".join(rows))
 
 
+def _auxk(r: Render, data: dict) -> str:
+    a = "/auxk"
+    rows = ["| layer | seed | FVE, relu | FVE, signed | dead, relu | dead, signed | dead: signed - relu |",
+            "|---|---|---|---|---|---|---|"]
+    for i, _ in enumerate(data["auxk"]["runs"]):
+        p = f"{a}/runs/{i}"
+        rows.append(f"| {r.int(p + '/layer')} | {r.int(p + '/seed')} | {r.num(p + '/relu/fve')} | {r.num(p + '/signed/fve')} | "
+                    f"{r.pct(p + '/relu/dead')} | {r.pct(p + '/signed/dead')} | {r.pct(p + '/signed_minus_relu/dead')} |")
+    head = (f"{r.int(a + '/steps')} steps of {r.int(a + '/batch')} tokens drawn from {r.int(a + '/train_tokens')} cached "
+            f"training tokens; scored on {r.int(a + '/held_out_tokens')} held-out tokens.")
+    return r.region(head + "\n\n" + "\n".join(rows))
+
+
 def bodies(data: dict) -> dict[str, str]:
     r = Render(data)
     return {"budget-run": _run(r, data), "budget-corpus": _corpus(r, data), "budget-final": _final(r, data),
-            "budget-gap": _gap(r, data), "budget-curve": _curve(r, data), "budget-throughput": _throughput(r, data)}
+            "budget-gap": _gap(r, data), "budget-curve": _curve(r, data), "budget-throughput": _throughput(r, data),
+            **({"budget-auxk": _auxk(r, data)} if "auxk" in data else {})}
