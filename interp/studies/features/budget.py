@@ -19,7 +19,6 @@ def _run(r: Render, data: dict) -> str:
     return r.region(
         f"Transcoders of {r.int(b + '/n_features')} features (BatchTopK, `k` {r.int(b + '/k')}"
         + (f", AuxK {r.text(b + '/aux_values')}" if "aux_values" in data["budget"] else "") + ", learning rate "
-        f"
         f"{r.num(b + '/lr')}, {r.int(b + '/rows')} rows of {r.int(b + '/n_ctx')} tokens a step) at layers {layers} of "
         f"SmolLM2-135M, all from the same forwards, trained on {r.int(t + '/tokens')} tokens of the english text "
         f"(of its {r.int(b + '/text_tokens')}) "
