@@ -44,7 +44,7 @@ from interp.errors import InterpError
 from interp.sites import check_position, hook_name, kind_of, position_axis
 
 __all__ = [
-    "ABLATIONS", "Ablation", "AblationStyle", "Intervention", "Mask", "Patch", "Project", "Reference", "StyleNames",
+    "ABLATIONS", "Ablation", "AblationStyle", "AtOneSite", "Intervention", "Mask", "Patch", "Project", "Reference", "StyleNames",
     "WeightDelta", "WeightEdit", "WeightMask", "ablation_style", "project",
 ]
 
@@ -75,6 +75,21 @@ class WeightEdit(Protocol):
     def weight(self, name: str, value: Tensor) -> Tensor: ...
 
 
+class AtOneSite:
+    """A base for an intervention with one `site` field: it touches that site and may change any
+    position; a subclass that leaves early positions alone overrides `first_pos`."""
+
+    site: str
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return (self.site,)
+
+    @property
+    def first_pos(self) -> int:
+        return 0
+
+
 def _from(x: Tensor, axis: int, start: int) -> Tensor:
     return x.narrow(axis, start, x.shape[axis] - start) if start else x
 
@@ -93,7 +108,7 @@ def _index(x: int | None) -> slice | int:
 
 
 @dataclass(frozen=True)
-class Patch:
+class Patch(AtOneSite):
     """Overwrite the activation at `site` with `source` ([batch, ...], the full activation of
     another run), at one position (`pos`; the destination position for attention maps) and/or
     one head, or whole when both are None."""
@@ -111,10 +126,6 @@ class Patch:
         axis = position_axis(self.site)
         if self.pos is not None and isinstance(self.source, Tensor) and self.source.ndim > axis:
             object.__setattr__(self, "pos", check_position(self.pos, self.source.shape[axis], "Patch pos"))
-
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return (self.site,)
 
     @property
     def first_pos(self) -> int:
@@ -307,7 +318,7 @@ class ResampleAblation(AblationStyle):
 
 
 @dataclass(frozen=True)
-class Mask:
+class Mask(AtOneSite):
     """act * m + ref * (1 - m) at one site: exact at m = 1 (unchanged) and m = 0 (ablated).
 
     `mask` is [head] on a per-head site ([batch, pos, head, d_head]) or a 0-d value on any other
@@ -346,14 +357,6 @@ class Mask:
         m[idx] = 0.0
         return cls(site, m, ref, layer)
 
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return (self.site,)
-
-    @property
-    def first_pos(self) -> int:
-        return 0
-
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
         ref = self.reference.like(act, start, position_axis(self.site)).to(act)
         kind = kind_of(self.site)
@@ -389,7 +392,7 @@ def project(h: Tensor, basis: Tensor, mean: Tensor, mode: str) -> Tensor:
 
 
 @dataclass(frozen=True)
-class Project:
+class Project(AtOneSite):
     """`project(h, basis, mean, mode)` on a [batch, pos, d] activation: at every position, or at
     one position per row (`positions` [batch], e.g. a task's answer positions)."""
 
@@ -406,10 +409,6 @@ class Project:
             raise InterpError(f"mode={self.mode!r} is not one of {PROJECTIONS}")
         if self.basis.ndim != 2 or self.mean.shape != (self.basis.shape[0],):
             raise InterpError(f"basis {tuple(self.basis.shape)} must be [d, k] and mean {tuple(self.mean.shape)} [d]")
-
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return (self.site,)
 
     @property
     def first_pos(self) -> int:

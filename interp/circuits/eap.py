@@ -33,6 +33,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp import run
+from interp.interventions import AtOneSite
 from interp.circuits.graph import CONVENTION, Graph, edge_list
 from interp.circuits.wiring import Wiring, check_task, split_inputs
 from interp.errors import InterpError
@@ -44,7 +45,7 @@ __all__ = ["Interpolate", "eap", "eap_ig", "edge_index", "model_label", "task_ba
 
 
 @dataclass(frozen=True)
-class Interpolate:
+class Interpolate(AtOneSite):
     """The activation at `site` replaced by start + alpha (end - start), as a fresh leaf that
     requires grad (so gradients flow from there even though the embeddings above it are cut)."""
 
@@ -52,14 +53,6 @@ class Interpolate:
     start_values: Tensor
     end_values: Tensor
     alpha: float
-
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return (self.site,)
-
-    @property
-    def first_pos(self) -> int:
-        return 0
 
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
         a, b = self.start_values[:, start:].to(act), self.end_values[:, start:].to(act)

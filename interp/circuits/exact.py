@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from torch import Tensor
 
 from interp import run
+from interp.interventions import AtOneSite
 from interp.circuits.eap import edge_index, model_label, task_baselines
 from interp.circuits.graph import CONVENTION, Graph
 from interp.circuits.wiring import Wiring, check_task, split_inputs
@@ -28,7 +29,7 @@ __all__ = ["AddTo", "exact"]
 
 
 @dataclass(frozen=True)
-class AddTo:
+class AddTo(AtOneSite):
     """act + delta at `site` ([batch, pos, d_model]), at index `slot` of its head axis when the
     site is split per head ([batch, pos, head, d_model]); nothing else changes."""
 
@@ -43,10 +44,6 @@ class AddTo:
         if self.start_pos < 0:  # the first position where the delta is non-zero: a forward may begin there
             moved = (self.delta != 0).any(-1).any(0).nonzero()
             object.__setattr__(self, "start_pos", int(moved[0]) if len(moved) else self.delta.shape[1])
-
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return (self.site,)
 
     @property
     def first_pos(self) -> int:

@@ -50,6 +50,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp import run
+from interp.interventions import AtOneSite
 from interp.circuits.eap import model_label
 from interp.errors import InterpError
 from interp.features.clt import CrossLayerTranscoder
@@ -68,7 +69,7 @@ NORM_WARNINGS = r".*(hook_scale|hook_normalized).*"  # the bridge notes that a h
 
 
 @dataclass(frozen=True)
-class Hold:
+class Hold(AtOneSite):
     """The activation at `site` becomes the constant `value` ([1, ...]: one prompt's activation,
     the same for every row) plus `delta` ([rows, ...] or None). A zero `delta` that requires grad
     makes d/d(delta) the derivative by that activation, while nothing flows into what computed it."""
@@ -79,14 +80,6 @@ class Hold:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "site", hook_name(self.site))
-
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return (self.site,)
-
-    @property
-    def first_pos(self) -> int:
-        return 0
 
     def __call__(self, act: Tensor, *, site: str, start: int = 0) -> Tensor:
         if start:
