@@ -4,6 +4,7 @@ resumes to the same weights, saves in interp's format and in SAELens's, scores w
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -237,6 +238,29 @@ def test_saelens_round_trip(tmp_path, pair, threshold):
     x = torch.randn(5, 8)
     torch.testing.assert_close(back(x), d(x))
     torch.testing.assert_close(back.W_dec, d.W_dec)
+
+
+def test_writers_refuse_paths_they_would_damage(tmp_path):
+    """save_saelens replaces a whole folder, so a folder holding anything but a SAELens dictionary is
+    refused and left as it was (an earlier SAELens folder is replaced); a file in the way, or a
+    folder where a file goes, is an InterpError naming the path, and nothing half-written stays."""
+    d = _random_dictionary("blocks.1.hook_resid_post", "blocks.1.hook_resid_post")
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "notes.txt").write_text("keep me")
+    with pytest.raises(InterpError, match=r"holds \['notes.txt'\] besides a SAELens dictionary"):
+        save_saelens(d, tmp_path / "work")
+    assert (tmp_path / "work" / "notes.txt").read_text() == "keep me"
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(InterpError, match="a_file is a file"):
+        save_saelens(d, tmp_path / "a_file")
+    with pytest.raises(InterpError, match="a_file is a file, not a folder"):
+        save_saelens(d, tmp_path / "a_file" / "sae")
+    with pytest.raises(InterpError, match="work is a folder"):
+        d.save(tmp_path / "work")
+    save_saelens(d, tmp_path / "sae")
+    save_saelens(replace(d, model="again"), tmp_path / "sae")
+    assert load_saelens(tmp_path / "sae").model == "again"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "sae", "work"]
 
 
 def test_loads_a_file_in_saelens_layout(tmp_path):

@@ -34,7 +34,7 @@ from pathlib import Path
 from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.sites import layer_of
-from interp.files.storage import atomic_dir, write_tensors_atomic
+from interp.files.storage import atomic_dir, check_replaceable, write_tensors_atomic
 from interp.files.validate import field, hook, read_json, read_safetensors, refuse, tensor
 
 __all__ = ["ARCHITECTURES", "REFUSED", "SAE_LENS_VERSION", "load_saelens", "save_saelens"]
@@ -154,7 +154,9 @@ SAE_LENS_VERSION = "6.54.12"  # the SAELens whose format save_saelens writes (6.
 def save_saelens(d: Dictionary, folder: str | Path) -> Path:
     """Write `d` as a SAELens 6 folder (written beside `folder` and renamed into place): the cfg
     SAELens 6.54 writes, `metadata.sae_lens_version` set so SAELens reads it through its current
-    path, and reshape_activations "hook_z" for a dictionary that reads an attention hook_z site."""
+    path, and reshape_activations "hook_z" for a dictionary that reads an attention hook_z site.
+    An existing `folder` is replaced only when it holds nothing but a SAELens dictionary's files."""
+    folder = check_replaceable(folder, lambda name: name in (CFG, WEIGHTS), "a SAELens dictionary")
     transcoder, jump = d.kind == "transcoder", d.threshold is not None
     if d.k is not None and (transcoder or jump):
         raise InterpError(f"{d!r}: SAELens 6.54's only top-k class ('topk') is an SAE without thresholds, so a top-k "

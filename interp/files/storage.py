@@ -36,7 +36,7 @@ from interp.errors import InterpError
 from interp.files.validate import digest, read_safetensors, refuse, tensor, tensors_digest
 from interp.registry import declared_in
 
-__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_writable", "file_sha256", "load", "result", "save", "sha256_file", "tag_of", "write_tensors_atomic", "write_text_atomic"]
+__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_replaceable", "check_writable", "file_sha256", "load", "result", "save", "sha256_file", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
 FORMAT = "interp/2"
 _OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
@@ -222,9 +222,10 @@ def load(path: str | Path) -> Any:
 def atomic_path(path: str | Path) -> Iterator[str]:
     """Yield a temp path beside `path`; rename it into place only if the body succeeds.
 
-    So a crash or kill mid-write never leaves a half-written file under the final name.
+    So a crash or kill mid-write never leaves a half-written file under the final name. A path
+    that names a folder, or lies under a file, is refused before anything is written.
     """
-    path = Path(path)
+    path = check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
@@ -282,6 +283,18 @@ def check_writable(path: str | Path, *, folder: bool = False) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise InterpError(f"{path} cannot be written: {parent} is not writable; pass a path in a writable folder")
     return path
+
+
+def check_replaceable(folder: str | Path, own: Callable[[str], bool], what: str) -> Path:
+    """`folder`, once it is known that a folder can be written there and that writing it deletes
+    nothing but an earlier `what`: `atomic_dir` replaces a whole folder, so an existing one holding
+    an entry `own(name)` does not claim is refused, never emptied."""
+    folder = check_writable(folder, folder=True)
+    other = sorted(p.name for p in folder.iterdir() if not own(p.name)) if folder.is_dir() else []
+    if other:
+        raise InterpError(f"{folder} holds {other[:5]}{' ...' * (len(other) > 5)} besides {what}, and writing it would "
+                          "delete them; pass a new or empty folder")
+    return folder
 
 
 def write_tensors_atomic(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
