@@ -94,6 +94,77 @@ def test_circuit_tracer_folder_reads_and_writes_the_published_layout(tmp_path):
         load_circuit_tracer(tmp_path)
 
 
+def _break_layer(folder, layer: int, file: str, change) -> None:
+    """Rewrite one layer's W_enc_/W_dec_ file of a saved CLT folder with `change` applied to its tensors."""
+    from safetensors.torch import load_file
+
+    path = folder / f"{file}_{layer}.safetensors"
+    tensors = load_file(str(path))
+    change(tensors)
+    save_file(tensors, str(path))
+
+
+@pytest.mark.parametrize("damage,match", [
+    (lambda f: (f / "W_enc_1.safetensors").write_bytes((f / "W_enc_1.safetensors").read_bytes()[:40]), "W_enc_1.safetensors.*Safetensor"),
+    (lambda f: (f / "W_dec_2.safetensors").write_bytes(b""), "W_dec_2.safetensors"),
+    (lambda f: (f / "W_dec_1.safetensors").unlink(), "W_dec_1.safetensors.*no such file"),
+    (lambda f: (f / "interp.json").write_text("{"), "interp.json.*not JSON"),
+    (lambda f: (f / "interp.json").write_text("{}"), "interp.json: sites_in is missing"),
+    (lambda f: (f / "interp.json").write_text("[1]"), "interp.json.*a JSON object"),
+    (lambda f: _break_layer(f, 1, "W_enc", lambda t: t.update(W_enc_1=torch.randn(6, 5))), r"W_enc_<layer> has shape \[6, 4\] at layer 0 but \[6, 5\] at layer 1"),
+    (lambda f: _break_layer(f, 1, "W_enc", lambda t: t.pop("threshold_1")), "threshold_<layer> .* None at layer 1"),
+    (lambda f: _break_layer(f, 0, "W_enc", lambda t: t.pop("threshold_0")), "threshold_<layer> has shape None at layer 0"),
+    (lambda f: _break_layer(f, 2, "W_dec", lambda t: t["W_dec_2"].fill_(float("nan"))), "W_dec_2 holds .* NaN"),
+    (lambda f: _break_layer(f, 0, "W_enc", lambda t: t.update(W_enc_0=t["W_enc_0"].long())), "W_enc_0 has dtype torch.int64"),
+], ids=["truncated", "empty", "layer-missing", "bad-json", "json-no-sites", "json-list", "shapes-differ",
+        "threshold-missing-at-1", "threshold-missing-at-0", "nan-decoder", "integer-encoder"])
+def test_a_damaged_circuit_tracer_folder_is_refused_naming_what_is_wrong(tmp_path, damage, match):
+    """Each damage to a written folder is an InterpError naming the file or field, never a
+    SafetensorError, KeyError or torch.stack error; a threshold missing from one layer is refused,
+    not read as a ReLU transcoder."""
+    clt = replace(random_clt(3, 4, n=6), threshold=torch.rand(3, 6))
+    folder = save_circuit_tracer(clt, tmp_path / "clt")
+    load_circuit_tracer(folder)  # whole, it loads
+    damage(folder)
+    with pytest.raises(InterpError, match=match):
+        load_circuit_tracer(folder)
+
+
+def test_gemmascope2_refuses_one_path_and_files_that_disagree(tmp_path):
+    d, n = 4, 6
+    good = {"w_enc": torch.randn(d, n), "b_enc": torch.zeros(n), "b_dec": torch.zeros(d), "threshold": torch.rand(n),
+            "w_dec": torch.randn(n, 2, d)}
+    save_file(good, str(tmp_path / "0.safetensors"))
+    save_file({**good, "w_enc": torch.randn(d + 1, n)}, str(tmp_path / "wide.safetensors"))
+    save_file({**good, "affine_skip_connection": torch.zeros(d, d)}, str(tmp_path / "skip.safetensors"))
+    (tmp_path / "cut.safetensors").write_bytes(b"abc")
+    with pytest.raises(InterpError, match="list of per-layer files"):
+        load_gemmascope2(str(tmp_path))  # a string is a sequence too: not read as one file per character
+    with pytest.raises(InterpError, match=r"w_enc has shape \[4, 6\] at layer 0 but \[5, 6\] at layer 1"):
+        load_gemmascope2([tmp_path / "0.safetensors", tmp_path / "wide.safetensors"])
+    with pytest.raises(InterpError, match="affine_skip_connection has shape None at layer 0"):
+        load_gemmascope2([tmp_path / "0.safetensors", tmp_path / "skip.safetensors"])
+    with pytest.raises(InterpError, match="cut.safetensors.*header"):
+        load_gemmascope2([tmp_path / "0.safetensors", tmp_path / "cut.safetensors"])
+
+
+def test_save_circuit_tracer_replaces_only_a_clt_folder(tmp_path):
+    """Writing replaces a whole folder: one holding anything but a CLT's files is refused and left
+    as it was; a file in the way is refused; an earlier CLT folder is replaced."""
+    clt = random_clt(2, 4, n=6)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "draft.txt").write_text("keep me")
+    with pytest.raises(InterpError, match=r"holds \['draft.txt'\]"):
+        save_circuit_tracer(clt, tmp_path / "notes")
+    assert (tmp_path / "notes" / "draft.txt").read_text() == "keep me"
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(InterpError, match="is a file"):
+        save_circuit_tracer(clt, tmp_path / "a_file")
+    folder = save_circuit_tracer(random_clt(3, 4, n=6), tmp_path / "clt")
+    save_circuit_tracer(clt, folder)  # the 3-layer folder's files are its own: replaced whole
+    assert load_circuit_tracer(folder).n_layers == 2 and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
 def test_gemmascope2_files_read_with_their_skip_connection(tmp_path):
     g = torch.Generator().manual_seed(2)
     L, d, n = 3, 8, 10

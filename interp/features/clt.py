@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,15 +29,15 @@ from typing import Any, Sequence
 import torch
 from jaxtyping import Float
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor
 
 from interp.errors import InterpError
 from interp.features.train import THRESHOLD_START, Recipe, JumpReLUFunction, StepFunction, mlp_sites  # the JumpReLU trainer's pieces
 from interp.run import cache
 from interp.sites import check_tokens, hook_name, layer_of
-from interp.files.validate import tensors_digest
-from interp.files.storage import atomic_dir, result, write_tensors_atomic
+from interp.files import validate
+from interp.files.storage import atomic_dir, check_replaceable, result, write_tensors_atomic
 
 __all__ = ["CrossLayerTranscoder", "activations", "fit_clt", "load_circuit_tracer", "load_gemmascope2", "save_circuit_tracer"]
 
@@ -164,11 +165,14 @@ def _check_thresholds(threshold: Tensor | None, source: str) -> None:
 def save_circuit_tracer(clt: CrossLayerTranscoder, folder: str | Path) -> Path:
     """Write `clt` in circuit-tracer's CLT folder layout: per layer l, W_enc_{l}.safetensors holding
     W_enc_{l} [n_features, d_in], b_enc_{l}, b_dec_{l} (and threshold_{l}), and W_dec_{l}.safetensors
-    holding W_dec_{l} [n_features, n_layers - l, d_out]. The folder appears whole or not at all."""
+    holding W_dec_{l} [n_features, n_layers - l, d_out]. The folder appears whole or not at all; an
+    existing one is replaced only when it holds nothing but a CLT folder's files."""
     if clt.W_skip is not None:
         raise InterpError("circuit-tracer's CLT folder layout holds no skip weights; save this transcoder with "
                           "clt.save(path) (interp's format) instead")
     _check_thresholds(clt.threshold, repr(clt))
+    folder = check_replaceable(folder, lambda name: re.fullmatch(r"W_(enc|dec)_\d+\.safetensors|interp\.json", name) is not None,
+                               "a circuit-tracer CLT")
     with atomic_dir(folder) as tmp:
         for l in range(clt.n_layers):
             enc = {f"W_enc_{l}": clt.W_enc[l].T, f"b_enc_{l}": clt.b_enc[l], f"b_dec_{l}": clt.b_dec[l]}
@@ -182,40 +186,64 @@ def save_circuit_tracer(clt: CrossLayerTranscoder, folder: str | Path) -> Path:
 
 
 def _read(path: Path, keys: Sequence[str], source: str) -> dict[str, Tensor]:
-    if not path.is_file():
-        raise InterpError(f"{source}: {path} is missing")
-    got = load_file(str(path))
+    """The tensors of one layer's file: whole (a truncated file is refused), holding `keys`, each
+    floating and finite."""
+    _, got = validate.read_safetensors(path, f"a {source} layer file", f"the per-layer safetensors file {source} wrote")
     missing = [k for k in keys if k not in got]
     if missing:
-        raise InterpError(f"{path} lacks {missing}; it holds {sorted(got)}")
-    return got
+        raise InterpError(f"{path} lacks {missing}; it holds {sorted(got)[:8]}")
+    return {k: validate.tensor(t, path, k, floating=True) for k, t in got.items()}
+
+
+def _stack(parts: Sequence[Tensor | None], name: str, source: Any) -> Tensor | None:
+    """One tensor [layer, ...] from each layer's `name`, refused unless every layer has one of the
+    same shape (None when no layer has one)."""
+    if all(t is None for t in parts):
+        return None
+    shapes = [None if t is None else list(t.shape) for t in parts]
+    if any(s != shapes[0] for s in shapes):
+        bad = next(l for l, s in enumerate(shapes) if s != shapes[0])
+        raise validate.refuse(source, name, f"has shape {shapes[0]} at layer 0 but {shapes[bad]} at layer {bad}",
+                     "present at every layer, of one shape")
+    return torch.stack([t.float() for t in parts])
+
+
+def _interp_sites(path: Path) -> tuple[list[str], list[str], str]:
+    """(sites_in, sites_out, model) of the interp.json save_circuit_tracer writes beside the weights."""
+    info = validate.read_object(path, "the interp.json of a CLT folder", "the interp.json save_circuit_tracer wrote (or delete it)")
+    sites = [validate.field(info, k, list, path) for k in ("sites_in", "sites_out")]
+    return sites[0], sites[1], validate.field(info, "model", str, path, default="")
 
 
 def load_circuit_tracer(folder: str | Path, *, sites_in: Sequence[str] | None = None,
                         sites_out: Sequence[str] | None = None, model: str = "") -> CrossLayerTranscoder:
     """A CLT from circuit-tracer's folder layout (see `save_circuit_tracer`). The layout names no
-    hooks: `sites_in` / `sites_out` default to `train.mlp_sites` (or the folder's interp.json)."""
+    hooks: `sites_in` / `sites_out` default to `train.mlp_sites` (or the folder's interp.json).
+    Every layer's files are checked: whole, holding their keys, finite, of one shape across layers."""
     folder = Path(folder)
     n = len(list(folder.glob("W_enc_*.safetensors")))
     if not n:
         raise InterpError(f"{folder} holds no W_enc_<layer>.safetensors; it is not a circuit-tracer CLT folder")
     extra = folder / "interp.json"
     if extra.is_file() and sites_in is None and sites_out is None:
-        info = json.loads(extra.read_text())
-        sites_in, sites_out, model = info["sites_in"], info["sites_out"], model or info.get("model", "")
+        sites_in, sites_out, saved = _interp_sites(extra)
+        model = model or saved
     enc, dec = [], []
     for l in range(n):
-        enc.append(_read(folder / f"W_enc_{l}.safetensors", [f"W_enc_{l}", f"b_enc_{l}", f"b_dec_{l}"], str(folder)))
-        dec.append(_read(folder / f"W_dec_{l}.safetensors", [f"W_dec_{l}"], str(folder))[f"W_dec_{l}"].float())
-    thresholds = [e.get(f"threshold_{l}") for l, e in enumerate(enc)]
-    threshold = None if thresholds[0] is None else torch.stack([t.float().flatten() for t in thresholds])
+        enc.append(_read(folder / f"W_enc_{l}.safetensors", [f"W_enc_{l}", f"b_enc_{l}", f"b_dec_{l}"], "circuit-tracer CLT"))
+        dec.append(_read(folder / f"W_dec_{l}.safetensors", [f"W_dec_{l}"], "circuit-tracer CLT")[f"W_dec_{l}"].float())
+    layer = lambda key: _stack([e.get(f"{key}_{l}") for l, e in enumerate(enc)], f"{key}_<layer>", folder)  # noqa: E731
+    threshold = layer("threshold")
     _check_thresholds(threshold, str(folder))
     s_in, s_out = _sites(n, sites_in, sites_out)
-    return CrossLayerTranscoder(
-        W_enc=torch.stack([e[f"W_enc_{l}"].float().T for l, e in enumerate(enc)]),
-        b_enc=torch.stack([e[f"b_enc_{l}"].float() for l, e in enumerate(enc)]), W_dec=tuple(dec),
-        b_dec=torch.stack([e[f"b_dec_{l}"].float() for l, e in enumerate(enc)]), sites_in=s_in, sites_out=s_out,
-        threshold=threshold, model=model, meta={"source": {"format": "circuit-tracer CLT", "path": str(folder)}})
+    W_enc, b_enc, b_dec = layer("W_enc"), layer("b_enc"), layer("b_dec")
+    W_enc = W_enc.transpose(1, 2) if W_enc.ndim == 3 else W_enc  # [layer, n, d_in] -> [layer, d_in, n]; else refused below
+    try:
+        return CrossLayerTranscoder(
+            W_enc=W_enc, b_enc=b_enc, W_dec=tuple(dec), b_dec=b_dec, sites_in=s_in, sites_out=s_out, threshold=threshold, model=model,
+            meta={"source": {"format": "circuit-tracer CLT", "path": str(folder)}})
+    except InterpError as err:
+        raise InterpError(f"{folder}: {str(err)[:220]}") from None
 
 
 def load_gemmascope2(paths: Sequence[str | Path], *, sites_in: Sequence[str] | None = None,
@@ -223,23 +251,25 @@ def load_gemmascope2(paths: Sequence[str | Path], *, sites_in: Sequence[str] | N
     """A CLT from GemmaScope-2's multi-layer JumpReLU files, one per layer in order: w_enc [d_in,
     n_features], b_enc, b_dec, threshold and w_dec [n_features, n_layers, d_out] (the writes to
     layers below the file's own are unused), and an optional affine_skip_connection [d_in, d_out]."""
+    if isinstance(paths, (str, Path)):
+        raise InterpError(f"load_gemmascope2 takes a list of per-layer files, one per layer in order; got one path {str(paths)!r}")
     files = [_read(Path(p), ["w_enc", "b_enc", "b_dec", "threshold", "w_dec"], "GemmaScope-2 CLT") for p in paths]
     n = len(files)
     if not n or any(f["w_dec"].ndim != 3 or f["w_dec"].shape[1] != n for f in files):
         raise InterpError(f"GemmaScope-2 CLT: want one file per layer whose w_dec is [n_features, {n}, d_out]; got "
                           f"{[tuple(f['w_dec'].shape) for f in files]}")
-    skips = [f.get("affine_skip_connection") for f in files]
-    if any(s is None for s in skips) and not all(s is None for s in skips):
-        raise InterpError("GemmaScope-2 CLT: some layers have affine_skip_connection and some do not; want all or none")
-    threshold = torch.stack([f["threshold"].float() for f in files])
+    layer = lambda key: _stack([f.get(key) for f in files], key, "GemmaScope-2 CLT")  # noqa: E731
+    threshold = layer("threshold")
     _check_thresholds(threshold, "GemmaScope-2 CLT")
     s_in, s_out = _sites(n, sites_in, sites_out)
-    return CrossLayerTranscoder(
-        W_enc=torch.stack([f["w_enc"].float() for f in files]), b_enc=torch.stack([f["b_enc"].float() for f in files]),
-        W_dec=tuple(f["w_dec"][:, l:].float() for l, f in enumerate(files)),
-        b_dec=torch.stack([f["b_dec"].float() for f in files]), sites_in=s_in, sites_out=s_out, threshold=threshold,
-        W_skip=None if skips[0] is None else torch.stack([s.float() for s in skips]), model=model,
-        meta={"source": {"format": "GemmaScope-2 CLT", "paths": [str(p) for p in paths]}})
+    W_enc, b_enc, b_dec, W_skip = (layer(k) for k in ("w_enc", "b_enc", "b_dec", "affine_skip_connection"))
+    try:
+        return CrossLayerTranscoder(
+            W_enc=W_enc, b_enc=b_enc, W_dec=tuple(f["w_dec"][:, l:].float() for l, f in enumerate(files)),
+            b_dec=b_dec, sites_in=s_in, sites_out=s_out, threshold=threshold, W_skip=W_skip, model=model,
+            meta={"source": {"format": "GemmaScope-2 CLT", "paths": [str(p) for p in paths]}})
+    except InterpError as err:
+        raise InterpError(f"GemmaScope-2 CLT: {str(err)[:220]}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -407,7 +437,7 @@ def fit_clt(x: Float[Tensor, "tokens layer d_in"], y: Float[Tensor, "tokens laye
     seen, step, history = 0, 0, []
     ckpt = None if out is None else Path(out) / "checkpoint.safetensors"
     identity = json.dumps({"recipe": {**asdict(recipe), "tokens": None}, "batch": batch, "skip": skip,
-                           "data": tensors_digest({"x": x, "y": y})}, sort_keys=True)
+                           "data": validate.tensors_digest({"x": x, "y": y})}, sort_keys=True)
     if ckpt is not None and ckpt.exists():
         step, seen, history = _resume(ckpt, identity, t, gen)
     while seen < recipe.tokens:
