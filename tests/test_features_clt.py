@@ -130,6 +130,30 @@ def test_a_damaged_circuit_tracer_folder_is_refused_naming_what_is_wrong(tmp_pat
         load_circuit_tracer(folder)
 
 
+def test_fit_clt_refuses_bad_sites_and_outputs_before_training(tmp_path, monkeypatch):
+    """Sites that are not one per layer, an `out` that is a file and a checkpoint no trainer wrote
+    are refused before the first step (sites were checked only once training had finished)."""
+    from interp.features import clt as clt_module
+
+    def trained(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(clt_module._CLTTrainee, "step", trained)
+    x = torch.randn(64, 2, 4)
+    recipe = Recipe(n_features=8, k=2, tokens=64)
+    with pytest.raises(InterpError, match="sites_in must name one site in each of blocks 0..1"):
+        fit_clt(x, x, recipe=recipe, sites_in=[mlp_sites(0)[0]])
+    with pytest.raises(InterpError, match="unknown site"):
+        fit_clt(x, x, recipe=recipe, sites_out=["blocks.0.hook_mlp_out", "not a site"])
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(InterpError, match="a_file is a file"):
+        fit_clt(x, x, recipe=recipe, out=tmp_path / "a_file")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.safetensors").write_bytes(b"cut short")
+    with pytest.raises(InterpError, match="checkpoint.safetensors as a training checkpoint"):
+        fit_clt(x, x, recipe=recipe, out=tmp_path / "run")
+
+
 def test_gemmascope2_refuses_one_path_and_files_that_disagree(tmp_path):
     d, n = 4, 6
     good = {"w_enc": torch.randn(d, n), "b_enc": torch.zeros(n), "b_dec": torch.zeros(d), "threshold": torch.rand(n),

@@ -119,6 +119,47 @@ def test_fit_checks_shapes():
         Recipe(n_features=4, k=9)
 
 
+@pytest.mark.parametrize("bad", [
+    {"lr": 0.0}, {"lr": -1e-3}, {"lr": float("nan")}, {"lr": float("inf")}, {"l1_coefficient": float("inf")},
+    {"threshold_momentum": 1.5}, {"threshold_momentum": -0.1}, {"seed": -1}, {"seed": 2**64},
+])
+def test_a_recipe_refuses_nonsense(bad):
+    """A learning rate that is not a positive finite number, a momentum outside [0, 1] or a seed a
+    generator cannot take: refused naming the field, not at the first optimizer step (or never:
+    lr=0 trained nothing)."""
+    name = next(iter(bad))
+    with pytest.raises(InterpError, match=rf"Recipe\.{name}="):
+        Recipe(**bad)
+
+
+def test_fit_refuses_bad_input_before_training(monkeypatch):
+    """A site that is no hook name is refused before the first step (the dictionary used to be
+    built, and the name checked, only after all of training)."""
+    from interp.features import train as train_module
+
+    def trained(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(train_module._Trainee, "step", trained)
+    x = torch.randn(64, 8)
+    with pytest.raises(InterpError, match="unknown site 'not a site'"):
+        fit(x, site_in="not a site", recipe=Recipe(n_features=16, k=4, tokens=64))
+    with pytest.raises(InterpError, match="unknown site"):
+        fit(x, site_in="blocks.0.hook_resid_post", site_out="nowhere", recipe=Recipe(n_features=16, k=4, tokens=64))
+
+
+@pytest.mark.parametrize("write,match", [
+    (lambda p: p.write_bytes(b"not safetensors"), "as a training checkpoint"),
+    (lambda p: save_file({"a": torch.zeros(1)}, str(p)), r"lacks \['identity', 'step', 'tokens'\]"),
+    (lambda p: save_file({"a": torch.zeros(1)}, str(p), metadata={"identity": "{}", "step": "1", "tokens": "9"}),
+     "is not a train_dictionaries checkpoint"),
+], ids=["garbage", "no-metadata", "no-recipe"])
+def test_from_checkpoint_refuses_a_file_no_trainer_wrote(tmp_path, write, match):
+    write(tmp_path / "checkpoint.safetensors")
+    with pytest.raises(InterpError, match=match):
+        from_checkpoint(tmp_path)
+
+
 @pytest.fixture(scope="module")
 def zoo():
     return interp.load("zoo:lm-gpt2")

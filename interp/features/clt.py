@@ -28,18 +28,23 @@ from typing import Any, Sequence
 
 import torch
 from jaxtyping import Float
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
 from interp.errors import InterpError
-from interp.features.train import THRESHOLD_START, Recipe, JumpReLUFunction, StepFunction, mlp_sites  # the JumpReLU trainer's pieces
+from interp.features.train import THRESHOLD_START, Recipe, JumpReLUFunction, StepFunction, mlp_sites, read_checkpoint  # the JumpReLU trainer's pieces
 from interp.run import cache
 from interp.sites import check_tokens, hook_name, layer_of
 from interp.files import validate
-from interp.files.storage import atomic_dir, check_replaceable, result, write_tensors_atomic
+from interp.files.storage import atomic_dir, check_replaceable, check_writable, result, write_tensors_atomic
 
 __all__ = ["CrossLayerTranscoder", "activations", "fit_clt", "load_circuit_tracer", "load_gemmascope2", "save_circuit_tracer"]
+
+
+def _check_sites(sites: Sequence[str], n_layers: int, name: str) -> None:
+    if len(sites) != n_layers or [layer_of(hook_name(s)) for s in sites] != list(range(n_layers)):
+        raise InterpError(f"CrossLayerTranscoder {name} must name one site in each of blocks 0..{n_layers - 1}, in "
+                          f"order, got {tuple(sites)}")
 
 
 @result
@@ -84,10 +89,7 @@ class CrossLayerTranscoder:
             raise InterpError(f"CrossLayerTranscoder W_dec has shapes {[tuple(w.shape) for w in self.W_dec]}; want "
                               f"[{n}, {L} - l, {d_out}] for each layer l in 0..{L - 1}")
         for name in ("sites_in", "sites_out"):
-            sites = getattr(self, name)
-            if len(sites) != L or [layer_of(s) for s in sites] != list(range(L)):
-                raise InterpError(f"CrossLayerTranscoder {name} must name one site in each of blocks 0..{L - 1}, in "
-                                  f"order, got {sites}")
+            _check_sites(getattr(self, name), L, name)
 
     @property
     def n_layers(self) -> int:
@@ -403,12 +405,10 @@ def _check_acts(x: Tensor, y: Tensor) -> None:
 
 def _resume(ckpt: Path, identity: str, t: _CLTTrainee, gen: torch.Generator) -> tuple[int, int, list]:
     """Restore `t` and `gen` from `ckpt` when it is this run's: (step, tokens seen, history)."""
-    with safe_open(str(ckpt), "pt") as fh:
-        meta = fh.metadata()
-        if meta.get("identity") != identity:
-            raise InterpError(f"{ckpt} was written by another run (recipe, activations or options differ); use another "
-                              "folder or delete it")
-        saved = {k: fh.get_tensor(k) for k in fh.keys()}
+    meta, saved = read_checkpoint(ckpt)
+    if meta["identity"] != identity:
+        raise InterpError(f"{ckpt} was written by another run (recipe, activations or options differ); use another "
+                          "folder or delete it")
     t.restore(saved)
     gen.set_state(saved["generator"])
     return int(meta["step"]), int(meta["tokens"]), json.loads(meta["history"])
@@ -432,6 +432,11 @@ def fit_clt(x: Float[Tensor, "tokens layer d_in"], y: Float[Tensor, "tokens laye
     if arch not in ("batchtopk", "jumprelu"):
         raise InterpError(f"fit_clt trains BatchTopK or JumpReLU cross-layer transcoders; Recipe.architecture={arch!r} "
                           "is not supported here (use 'batchtopk' or 'jumprelu')")
+    s_in, s_out = _sites(x.shape[1], sites_in, sites_out)
+    for sites, name in ((s_in, "sites_in"), (s_out, "sites_out")):
+        _check_sites(sites, x.shape[1], name)  # before training, not after it
+    if out is not None:
+        check_writable(out, folder=True)
     gen = torch.Generator().manual_seed(recipe.seed)
     t = _CLTTrainee(x.float(), y.float(), recipe, gen, skip)
     seen, step, history = 0, 0, []
@@ -450,7 +455,6 @@ def fit_clt(x: Float[Tensor, "tokens layer d_in"], y: Float[Tensor, "tokens laye
                 tensors = {k: v.contiguous() for k, v in {**t.state(), "generator": gen.get_state()}.items()}
                 write_tensors_atomic(ckpt, tensors, {"identity": identity, "step": str(step), "tokens": str(seen),
                                                      "history": json.dumps(history)})
-    s_in, s_out = _sites(x.shape[1], sites_in, sites_out)
     meta = {"trainer": f"interp {'JumpReLU' if arch == 'jumprelu' else 'BatchTopK'} CLT", "recipe": asdict(recipe),
             "tokens": seen, "steps": step, "history": history}
     return t.transcoder(s_in, s_out, model_name, meta)

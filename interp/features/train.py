@@ -57,7 +57,6 @@ from pathlib import Path
 from typing import Sequence
 
 import torch
-from safetensors import safe_open
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -65,10 +64,12 @@ from interp.errors import InterpError
 from interp.features.dictionary import Dictionary
 from interp.run import cache
 from interp.sites import check_tokens, hook_name
-from interp.files.storage import write_tensors_atomic
+from interp.files.storage import check_writable, write_tensors_atomic
+from interp.files.validate import read_safetensors, refuse
 from interp.memory import records_peak
 
-__all__ = ["ARCHITECTURES", "CODE_VERSION", "Recipe", "fit", "fit_each", "from_checkpoint", "mlp_sites", "train_dictionaries"]
+__all__ = ["ARCHITECTURES", "CODE_VERSION", "Recipe", "fit", "fit_each", "from_checkpoint", "mlp_sites", "read_checkpoint",
+           "train_dictionaries"]
 
 
 ARCHITECTURES = ("relu", "topk", "batchtopk", "jumprelu", "matryoshka")
@@ -121,10 +122,16 @@ class Recipe:
             raise InterpError(f"Recipe.aux_values={self.aux_values!r} is not one of {AUX_VALUES}")
         if self.architecture not in ARCHITECTURES:
             raise InterpError(f"Recipe.architecture={self.architecture!r} is not one of {ARCHITECTURES}")
-        for name in ("l1_coefficient", "l0_coefficient", "bandwidth"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or (name == "bandwidth" and v == 0):
-                raise InterpError(f"Recipe.{name}={v!r} must be a number >= 0" + (" (> 0)" if name == "bandwidth" else ""))
+        for name in ("l1_coefficient", "l0_coefficient", "bandwidth", "lr", "threshold_momentum"):
+            v, positive = getattr(self, name), name in ("bandwidth", "lr")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf or (positive and v == 0) \
+                    or (name == "threshold_momentum" and v > 1):
+                raise InterpError(f"Recipe.{name}={v!r} must be a finite number " + (
+                    "> 0" if positive else "in [0, 1]" if name == "threshold_momentum" else ">= 0"))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise InterpError(f"Recipe.seed={self.seed!r} must be an int in [0, 2**32)")
+        if isinstance(self.prefixes, (str, bytes)) or not hasattr(self.prefixes, "__iter__"):
+            raise InterpError(f"Recipe.prefixes={self.prefixes!r} must be a sequence of feature counts (or ())")
         prefixes = tuple(self.prefixes)
         if prefixes and (any(isinstance(m, bool) or not isinstance(m, int) for m in prefixes)
                          or list(prefixes) != sorted(set(prefixes)) or prefixes[0] < 1 or prefixes[-1] != self.n_features):
@@ -422,17 +429,25 @@ def _trainable_rows(model, tokens: Tensor, valid: Tensor) -> tuple[Tensor, Tenso
     return tokens, valid
 
 
+def read_checkpoint(ckpt: Path) -> tuple[dict[str, str], dict[str, Tensor]]:
+    """(metadata, tensors) of a training checkpoint, refused naming the file when it is not a whole
+    one (truncated, another file, or missing the identity, step and tokens every checkpoint carries)."""
+    meta, saved = read_safetensors(ckpt, "a training checkpoint", "the checkpoint.safetensors a trainer wrote, or delete it to start over")
+    missing = [k for k in ("identity", "step", "tokens") if k not in meta]
+    if missing:
+        raise refuse(ckpt, "its metadata", f"lacks {missing}", "a trainer's checkpoint (delete it to start over)")
+    return meta, saved
+
+
 def _resume(ckpt: Path, base: dict, identity: str, trainees: list[_Trainee]) -> tuple[int, int, float, float, list | None]:
     """Restore `trainees` from `ckpt` when it is this run's (identity; a checkpoint from before
     digests matches `base` and resumes with a warning): step, tokens, seconds, forward seconds, history."""
-    with safe_open(str(ckpt), "pt") as fh:
-        meta = fh.metadata()
-        if meta.get("identity") == json.dumps(base, sort_keys=True):
-            warnings.warn(f"{ckpt} predates token digests and code versions; resuming it as the same run", stacklevel=3)
-        elif meta.get("identity") != identity:
-            raise InterpError(f"{ckpt} was written by another run (recipe, sites, model, tokens or trainer code "
-                              f"{CODE_VERSION} differ); use another output folder or delete it")
-        saved = {k: fh.get_tensor(k) for k in fh.keys()}
+    meta, saved = read_checkpoint(ckpt)
+    if meta["identity"] == json.dumps(base, sort_keys=True):
+        warnings.warn(f"{ckpt} predates token digests and code versions; resuming it as the same run", stacklevel=3)
+    elif meta["identity"] != identity:
+        raise InterpError(f"{ckpt} was written by another run (recipe, sites, model, tokens or trainer code "
+                          f"{CODE_VERSION} differ); use another output folder or delete it")
     for i, t in enumerate(trainees):
         t.restore(i, saved)
     history = json.loads(meta["history"]) if meta.get("history") else None
@@ -484,7 +499,7 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
     pairs, recipes = _pairs(pairs), _recipes(recipe)
     recipe = recipes[0]  # the data side (tokens, rows, seed, checkpoint_every) all share
     tokens, valid = _trainable_rows(model, tokens, valid)
-    out = Path(out)
+    out = check_writable(out, folder=True)  # refused now, not at the first checkpoint
     names = list(dict.fromkeys(n for p in pairs for n in p))
     ckpt = out / "checkpoint.safetensors"
     # what must match to resume: everything but the token budget (a finished run can be extended)
@@ -539,6 +554,9 @@ def train_dictionaries(model, pairs: Sequence[tuple[str, str] | str], tokens: Te
 
 
 def _check_fit(x: Tensor, y: Tensor, batch: int) -> None:
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, Tensor):
+            raise InterpError(f"fit's {name} is a {type(t).__name__}; pass a torch tensor [tokens, width] (torch.as_tensor(...))")
     if x.ndim != 2 or y.ndim != 2 or len(x) != len(y):
         raise InterpError(f"fit needs x [tokens, d_in] and y [tokens, d_out] of equal length; got {tuple(x.shape)}, {tuple(y.shape)}")
     for name, t in (("x", x), ("y", y)):
@@ -566,6 +584,7 @@ def fit_each(x: Tensor, y: Tensor | None = None, *, site_in: str, recipes: Seque
     y = x if y is None else y
     _check_fit(x, y, batch)
     recipes = _recipes(recipes)
+    site_in, site_out = hook_name(site_in), hook_name(site_out or site_in)  # a bad name is refused before training
     first = recipes[0]
     s_in = (x.shape[1] / x.pow(2).sum(1).mean()).sqrt().item()
     s_out = (y.shape[1] / y.pow(2).sum(1).mean()).sqrt().item()
@@ -580,7 +599,7 @@ def fit_each(x: Tensor, y: Tensor | None = None, *, site_in: str, recipes: Seque
         seen, step = seen + batch, step + 1
         if step % first.checkpoint_every == 0 or seen >= first.tokens:
             history.close(step, seen)
-    return [t.dictionary(site_in, site_out or site_in, model_name, {"code": CODE_VERSION, "recipe": asdict(r),
+    return [t.dictionary(site_in, site_out, model_name, {"code": CODE_VERSION, "recipe": asdict(r),
                                                                      "tokens": seen, "steps": step, "history": h})
             for t, r, h in zip(trainees, recipes, history.rows)]
 
@@ -597,9 +616,15 @@ def from_checkpoint(out: str | Path) -> dict[tuple, Dictionary]:
     ckpt = Path(out) / "checkpoint.safetensors"
     if not ckpt.exists():
         raise InterpError(f"no checkpoint at {ckpt}; train_dictionaries(..., out={str(out)!r}) writes one")
-    with safe_open(str(ckpt), "pt") as fh:
-        meta = fh.metadata()
-        saved = {k: fh.get_tensor(k) for k in fh.keys()}
+    meta, saved = read_checkpoint(ckpt)
+    try:
+        return _checkpoint_dictionaries(meta, saved)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # an identity or tensors no trainer wrote
+        raise InterpError(f"{ckpt} is not a train_dictionaries checkpoint ({type(err).__name__}: {str(err)[:80]}); "
+                          "pass the folder train_dictionaries(..., out=) wrote") from None
+
+
+def _checkpoint_dictionaries(meta: dict[str, str], saved: dict[str, Tensor]) -> dict[tuple, Dictionary]:
     ident = json.loads(meta["identity"])
     plain = ident["recipe"] if isinstance(ident["recipe"], list) else [ident["recipe"]]
     # a checkpoint from before the architecture field trained BatchTopK; one from before aux_values, relu'd AuxK
