@@ -378,6 +378,30 @@ def test_bad_input_is_refused(llama):
         attribute(llama, "the keys", [])
 
 
+@pytest.mark.parametrize("options,match", [
+    ({"baseline": 10**6}, r"baseline must be .* a vocab id in \[0, "),
+    ({"baseline": -5}, "baseline must be"),  # it used to count from the end of the vocabulary
+    ({"max_logits": 0}, "max_logits must be an int >= 1"),
+    ({"logit_prob": 2.0}, r"logit_prob must be a probability in \(0, 1\]"),
+    ({"logit_prob": float("nan")}, "logit_prob must be"),
+    ({"batch_size": True}, "batch_size must be an int"),
+    ({"max_feature_nodes": -3}, "max_feature_nodes must be an int >= 0"),
+    ({"targets": "keys"}, r"targets must be a list .* pass \[answer\]"),  # not one target per character
+    ({"targets": ["keys", 3]}, "all vocab ids or all answer strings"),
+    ({"targets": [True]}, "all vocab ids or all answer strings"),
+], ids=["baseline-past-vocab", "baseline-negative", "no-logits", "prob-above-1", "prob-nan", "batch-bool",
+        "negative-budget", "targets-string", "targets-mixed", "targets-bool"])
+def test_attribute_refuses_nonsense_options(llama, options, match):
+    with pytest.raises(InterpError, match=match):
+        attribute(llama, "the keys", random_transcoders(llama), progress=False, **options)
+
+
+def test_transcoders_keyed_by_the_wrong_layer_are_refused(llama):
+    tcs = random_transcoders(llama)
+    with pytest.raises(InterpError, match=r"transcoders\[1\] is .* at layer 0; key each by its own layer"):
+        attribute(llama, "the keys", {1: tcs[0]}, progress=False)
+
+
 # ---------------------------------------------------------------------------------------------
 # the view
 

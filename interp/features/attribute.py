@@ -214,9 +214,12 @@ def replacement(model, transcoders) -> Replacement:
 
 
 def _by_layer(model, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary]) -> dict[int, Dictionary]:
-    items = list(transcoders.values()) if isinstance(transcoders, Mapping) else list(transcoders)
+    if not isinstance(transcoders, (Mapping, list, tuple)):
+        raise InterpError(f"transcoders must be a list of Dictionary (one per layer), a {{layer: Dictionary}} or a "
+                          f"CrossLayerTranscoder, got a {type(transcoders).__name__}" + " (pass [it])" * isinstance(transcoders, Dictionary))
+    items = list(transcoders.items()) if isinstance(transcoders, Mapping) else [(None, d) for d in transcoders]
     out: dict[int, Dictionary] = {}
-    for d in items:
+    for key, d in items:
         if not isinstance(d, Dictionary) or d.kind != "transcoder":
             raise InterpError(f"attribution graphs need transcoders (interp.features.Dictionary reading an MLP's input and "
                               f"rebuilding its output), got {d!r}")
@@ -224,6 +227,8 @@ def _by_layer(model, transcoders: Sequence[Dictionary] | Mapping[int, Dictionary
         if layer is None or layer_of(d.site_in) != layer:
             raise InterpError(f"{d!r}: a per-layer transcoder reads and writes inside one block (blocks.L....), "
                               f"e.g. blocks.L.ln2.hook_normalized -> blocks.L.hook_mlp_out")
+        if key is not None and key != layer:
+            raise InterpError(f"transcoders[{key!r}] is {d!r}, which sits at layer {layer}; key each by its own layer")
         check_fits(model, d)
         if layer in out:
             raise InterpError(f"two transcoders for layer {layer}: {out[layer]!r} and {d!r}; pass one per layer")
@@ -283,6 +288,17 @@ def replacement_logits(model, tokens: Tensor, transcoders: Transcoders, *,
         return run.logits(model, tokens, holds)
 
 
+def _target_list(targets) -> list:
+    """`targets` as a list; a lone string (whose characters would each become a target) or a
+    non-sequence is refused."""
+    if isinstance(targets, Tensor):
+        targets = targets.tolist()
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, (list, tuple)):
+        raise InterpError(f"targets must be a list of answer strings or vocab ids, got {targets!r:.60}; "
+                          "for one answer pass [answer]")
+    return list(targets)
+
+
 def _logit_targets(model, last: Tensor, targets, baseline, max_logits: int, logit_prob: float):
     probs = torch.softmax(last.float(), -1)
     if targets is None:
@@ -290,8 +306,11 @@ def _logit_targets(model, last: Tensor, targets, baseline, max_logits: int, logi
         cut = int(torch.searchsorted(torch.cumsum(top_p, 0), torch.tensor(logit_prob, device=top_p.device))) + 1
         ids = top_i[:cut]
     else:
-        ids = torch.tensor([t for t in targets if isinstance(t, int)] if all(isinstance(t, int) for t in targets)  # cpu: indices, any device's
-                           else token_ids(model, [str(t) for t in targets]).tolist(), dtype=torch.long)
+        targets = _target_list(targets)
+        ints = [isinstance(t, int) and not isinstance(t, bool) for t in targets]
+        if not all(ints) and (any(ints) or not all(isinstance(t, str) for t in targets)):
+            raise InterpError(f"targets must be all vocab ids or all answer strings, got {list(targets)[:8]!r}")
+        ids = torch.tensor(targets if all(ints) else token_ids(model, targets).tolist(), dtype=torch.long)  # cpu: indices, any device's
         if not len(ids) or int(ids.min()) < 0 or int(ids.max()) >= probs.shape[0]:
             raise InterpError(f"targets must be answer strings or vocab ids in [0, {probs.shape[0]}), got {targets!r}")
     W_U = model.W_U.detach().float()  # [d_model, d_vocab]
@@ -426,6 +445,27 @@ def _feature_rows(bwd: _Backward, logit_rows: Tensor, probs: Tensor, sites: dict
     return rows, chosen, ranking
 
 
+def _count(value, name: str, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise InterpError(f"{name} must be an int >= {lo}, got {value!r}")
+
+
+def _check_options(model, baseline, max_logits, logit_prob, max_feature_nodes, batch_size) -> None:
+    """attribute's options, refused before any forward: a vocab id outside the vocabulary (it
+    indexed W_U, and a negative one silently counted from the end), no logits, a probability
+    outside (0, 1], a flag where a count goes."""
+    d_vocab = model.cfg.d_vocab
+    if isinstance(baseline, bool) or (baseline != "mean" and not isinstance(baseline, (str, int))) \
+            or (isinstance(baseline, int) and not 0 <= baseline < d_vocab):
+        raise InterpError(f"baseline must be 'mean', a token string or a vocab id in [0, {d_vocab}), got {baseline!r}")
+    _count(max_logits, "max_logits", 1)
+    _count(batch_size, "batch_size", 1)
+    if max_feature_nodes is not None:
+        _count(max_feature_nodes, "max_feature_nodes", 0)
+    if isinstance(logit_prob, bool) or not isinstance(logit_prob, (int, float)) or not 0 < logit_prob <= 1:
+        raise InterpError(f"logit_prob must be a probability in (0, 1], got {logit_prob!r}")
+
+
 @records_peak
 def attribute(
     model,
@@ -450,10 +490,7 @@ def attribute(
     or a token (each logit minus that token's: a logit difference). `max_feature_nodes`: attribute
     only that many features, chosen by their influence so far (circuit-tracer's ranking); None: all.
     `batch_size` target rows share one backward. See the module docstring for the method."""
-    if baseline != "mean" and not isinstance(baseline, (str, int)):
-        raise InterpError(f"baseline must be 'mean', a token string or a vocab id, got {baseline!r}")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise InterpError(f"batch_size must be a positive int, got {batch_size!r}")
+    _check_options(model, baseline, max_logits, logit_prob, max_feature_nodes, batch_size)
     t0 = time.perf_counter()
     tokens = _prompt_tokens(model, prompt)
     rep = replacement(model, transcoders)
