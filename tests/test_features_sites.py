@@ -97,6 +97,20 @@ def test_bad_edits_say_what_is_wrong():
         FeatureEdit(SAE, [1], "clamp")
     with pytest.raises(InterpError, match="needs `inputs`"):
         FeatureEdit(TRANSCODER, [1], "ablate")
+    for value in (float("nan"), float("inf"), "a lot", torch.tensor([[[float("nan")]]])):  # they turned every logit into NaN
+        with pytest.raises(InterpError, match="must be a finite number"):
+            FeatureEdit(SAE, [1], "steer", value)
+
+
+def test_top_examples_refuses_what_it_cannot_index(zoo, tokens):
+    """A feature past the dictionary (it was an IndexError), `valid` of another shape (it was
+    broadcast silently) and k=0 (an empty result) say what is wrong."""
+    with pytest.raises(InterpError, match=r"features \[64\] must be .* in 0..63"):
+        top_examples(zoo, tokens, SAE, features=[64])
+    with pytest.raises(InterpError, match="valid must be a bool tensor shaped like tokens"):
+        top_examples(zoo, tokens, SAE, valid=torch.ones(1, 1, dtype=torch.bool))
+    with pytest.raises(InterpError, match="k=0 must be an int >= 1"):
+        top_examples(zoo, tokens, SAE, k=0)
 
 
 def test_top_examples_and_an_escaped_dashboard(zoo, tokens, tmp_path):

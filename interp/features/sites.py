@@ -22,6 +22,7 @@ each need `inputs` recorded under the earlier ones.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -60,8 +61,25 @@ def check_fits(model, dictionary: Dictionary) -> None:
 def feature_acts(model, tokens: Tensor, dictionary: Dictionary, interventions: Variant = ()) -> Tensor:
     """Feature activations [batch, pos, n_features] of `tokens` under `interventions`."""
     check_fits(model, dictionary)
+    check_tokens(tokens, model=model)
     _, acts = cache(model, tokens.to(model.cfg.device), [dictionary.site_in], interventions)
     return dictionary.encode(acts[dictionary.site_in].float())
+
+
+def _feature_ids(features, n: int) -> tuple[int, ...]:
+    """`features` (one id or several; Python, numpy or torch integers) as a tuple of ints, each in
+    0..n-1: a float id is refused, not truncated to another feature."""
+    if isinstance(features, Tensor):
+        items = features.flatten().tolist()
+    else:
+        items = list(features) if hasattr(features, "__iter__") and not isinstance(features, str) else [features]
+    try:
+        feats = tuple(operator.index(f) for f in items)
+    except TypeError:
+        feats = ()
+    if not feats or any(isinstance(f, bool) for f in items) or not all(0 <= f < n for f in feats):
+        raise InterpError(f"features {items[:8]!r} must be a non-empty list of int indices in 0..{n - 1}")
+    return feats
 
 
 @dataclass(frozen=True)
@@ -83,14 +101,14 @@ class FeatureEdit:
     inputs: Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        feats = (self.features,) if isinstance(self.features, int) else tuple(int(f) for f in self.features)
+        feats = _feature_ids(self.features, self.dictionary.n_features)
         object.__setattr__(self, "features", feats)
-        n = self.dictionary.n_features
-        bad = [f for f in feats if not 0 <= f < n]
-        if not feats or bad:
-            raise InterpError(f"features {list(feats)} must be a non-empty list of indices in 0..{n - 1}")
         if self.mode not in EDITS:
             raise InterpError(f"mode={self.mode!r} is not one of {EDITS}")
+        value = self.value if isinstance(self.value, Tensor) else torch.tensor(
+            self.value if isinstance(self.value, (int, float)) and not isinstance(self.value, bool) else float("nan"))
+        if not value.is_floating_point() and value.dtype not in (torch.int32, torch.int64) or not bool(torch.isfinite(value).all()):
+            raise InterpError(f"value={self.value!r:.60} must be a finite number or a tensor of finite numbers")
         if isinstance(self.value, Tensor) and self.value.ndim and self.value.shape[-1] != len(feats):
             raise InterpError(f"value has shape {tuple(self.value.shape)}; want [batch, pos, {len(feats)}] (one per feature)")
         if self.positions is not None:
@@ -209,9 +227,18 @@ def top_examples(model, tokens: Tensor, dictionary: Dictionary, *, valid: Tensor
     """The `k` top-activating positions of each feature (default: every feature that fires) over
     `tokens` [rows, pos] (only where `valid`), with `before` / `after` tokens of context.
     `token_strings(ids) -> list[str]`: how a token id is shown (default: the model's tokenizer)."""
+    check_tokens(tokens, model=model)
     if tokens.ndim != 2:
         raise InterpError(f"tokens must be [rows, pos], got shape {tuple(tokens.shape)}")
     valid = torch.ones_like(tokens, dtype=torch.bool) if valid is None else valid
+    if not isinstance(valid, Tensor) or valid.dtype != torch.bool or valid.shape != tokens.shape:
+        raise InterpError(f"valid must be a bool tensor shaped like tokens {tuple(tokens.shape)}, got "
+                          f"{getattr(valid, 'dtype', type(valid).__name__)} {tuple(getattr(valid, 'shape', ()))}")
+    for name, count, lo in (("k", k, 1), ("before", before, 0), ("after", after, 0), ("rows_per_forward", rows_per_forward, 1)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < lo:
+            raise InterpError(f"top_examples {name}={count!r} must be an int >= {lo}")
+    if features is not None:
+        features = _feature_ids(features, dictionary.n_features)
     acts = torch.cat([feature_acts(model, tokens[i : i + rows_per_forward], dictionary).cpu()
                       for i in range(0, len(tokens), rows_per_forward)])  # [rows, pos, n]
     acts = acts.masked_fill(~valid[..., None], 0.0)
