@@ -36,7 +36,7 @@ from interp.errors import InterpError
 from interp.interventions import Patch
 from interp.metrics import Metric, for_task
 from interp.results import Grid
-from interp.sites import check_head, check_tokens, n_kv_heads, position_axis, spec_of
+from interp.sites import check_head, check_tokens, check_tuples, n_kv_heads, position_axis, spec_of
 from interp.tasks.base import Task
 from interp.memory import records_peak
 
@@ -274,6 +274,9 @@ def _attribution_rows(model, clean: Tensor, corrupt: Tensor, metric: Metric, ans
         value = metric(logits)
         if not isinstance(value, Tensor) or value.numel() != 1 or not torch.isfinite(value):
             raise InterpError(f"the metric must return a finite scalar tensor, got {value!r}")
+        if not value.requires_grad:  # autograd would fail with "does not require grad" deep inside torch
+            raise InterpError("the metric's value does not depend on the logits (it carries no gradient), so there "
+                              "is nothing to attribute; compute it from the logits it is given")
         grads = torch.autograd.grad(value, [acts[n] for n in names], allow_unused=True)
     rows = []
     # the axes each site's score keeps: (layer,) (layer, pos) (layer, head) (layer, pos, head) (layer, head, dest)
@@ -391,10 +394,15 @@ def path_patch(
     """
     clean, corrupt, metric, info, answer_pos = _inputs(model, clean, corrupt, metric)
     n_layers, n_heads = model.cfg.n_layers, model.cfg.n_heads
-    senders = [(l, h) for l in range(n_layers) for h in range(n_heads)] if senders is None else list(senders)
+    if senders is None:
+        senders = [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    senders = check_tuples(senders, 2, "senders", "(layer, head)")
+    if not senders:
+        raise InterpError("senders is empty; pass None (every head) or (layer, head) pairs")
     for layer, head in senders:
         check_head(model, layer, head)
     if receivers != "logits":
+        receivers = check_tuples(receivers, 3, "receivers (or 'logits')", "(layer, head, 'q'|'k'|'v')")
         if not receivers:
             raise InterpError("receivers is empty; pass 'logits' or (layer, head, 'q'|'k'|'v') triples")
         for layer, head, which in receivers:

@@ -28,7 +28,8 @@ from typing import Literal, Sequence
 from interp.errors import InterpError
 
 __all__ = [
-    "SITES", "SiteSpec", "check_head", "check_hook_names", "check_layer", "check_position", "check_tokens", "hook_name", "kind_of",
+    "SITES", "SiteSpec", "check_head", "check_hook_names", "check_layer", "check_position", "check_tokens", "check_tuples",
+    "hook_name", "kind_of",
     "kv_head_of", "layer_of", "n_kv_heads", "position_axis", "spec_of",
 ]
 
@@ -174,6 +175,21 @@ def check_tokens(tokens, what: str = "tokens", model=None) -> None:
     if lo < 0 or hi >= d_vocab:
         raise InterpError(f"{what} holds token id {lo if lo < 0 else hi}, outside the model's vocabulary "
                           f"(d_vocab={d_vocab}); pass ids in 0..{d_vocab - 1} made by this model's tokenizer")
+
+
+def check_tuples(items, size: int, what: str, form: str) -> list[tuple]:
+    """`items` as a list of tuples of `size` entries each (`form` names them, e.g. "(layer, head)"),
+    or InterpError naming the first one that is not: so a caller's loop that unpacks them never
+    fails with Python's bare "not enough values to unpack" (a bare string is refused too: it
+    iterates into characters)."""
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        raise InterpError(f"{what} must be a list of {form} tuples, got {items!r}")
+    out = []
+    for item in items:
+        if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != size:
+            raise InterpError(f"{what} must be a list of {form} tuples; {item!r} is not one")
+        out.append(tuple(item))
+    return out
 
 
 def check_position(pos, n_pos: int, what: str = "position") -> int:

@@ -60,6 +60,18 @@ def smollm2(real_cache):
     return interp.load("smollm2-135m")
 
 
+@pytest.fixture()
+def unchecked():
+    """The test calls entry points as a user does: without the jaxtyping checks the tests run under,
+    which would refuse a wrong-typed argument before the entry point's own check could."""
+    from jaxtyping import config
+
+    before = config.jaxtyping_disable
+    config.update("jaxtyping_disable", True)
+    yield
+    config.update("jaxtyping_disable", before)
+
+
 @pytest.fixture(scope="module")
 def units(request, tmp_path_factory):
     """A fresh folder for the stored units of the test module's study."""

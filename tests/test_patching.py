@@ -4,6 +4,7 @@ from transformer_lens import patching as tlp
 
 import interp
 from interp import patching
+from interp.errors import InterpError
 from interp import run
 from interp.hooks import hooks
 from interp.metrics import token_ids
@@ -172,6 +173,20 @@ def test_bad_input_errors(gpt2):
     with pytest.raises(ValueError, match="'cabinet door' is not a single token"):
         token_ids(gpt2, ["cabinet", "cabinet door"])
     assert token_ids(gpt2, ["cabinet", "mary"]).tolist() == [gpt2.to_single_token("cabinet"), gpt2.to_single_token("mary")]
+
+
+def test_malformed_senders_receivers_and_metrics_are_refused(gpt2, unchecked):
+    clean, corrupt = _pair()
+    with pytest.raises(InterpError, match=r"senders must be a list of \(layer, head\) tuples; \(0,\) is not one"):
+        patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(0,)])
+    with pytest.raises(InterpError, match="senders is empty"):  # not a grid of NaN
+        patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[])
+    with pytest.raises(InterpError, match="receivers .* got 'logit'"):  # a typo of "logits", not a bare unpack error
+        patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(0, 0)], receivers="logit")
+    with pytest.raises(InterpError, match="receivers .*; 1 is not one"):  # one triple, not a list of them
+        patching.path_patch(gpt2, clean, corrupt, metric=metric, senders=[(0, 0)], receivers=(1, 0, "q"))
+    with pytest.raises(InterpError, match="does not depend on the logits"):  # not autograd's "does not require grad"
+        patching.attribution_patch(gpt2, clean, corrupt, metric=lambda lg: torch.tensor(1.0), site="z")
 
 
 def test_attribution_equals_transformer_lens_node_scores(gpt2):
