@@ -363,6 +363,27 @@ def test_neuronpedia_export_is_valid_under_the_published_schema(llama_graph, opt
     assert back.ids == want.ids and torch.equal(back.adjacency, want.adjacency)
 
 
+def test_neuronpedia_json_is_strict_with_odd_tokens_and_refuses_nan(llama_graph, tmp_path):
+    """Token strings with quotes, newlines, HTML, emoji and line separators make strict JSON (no
+    NaN) that reads back to the same tokens; a NaN in the graph's meta (written as a bare NaN
+    before, which JSON parsers refuse) or a lone surrogate is refused and nothing is written."""
+    _, g = llama_graph
+    odd = ('"q" \\ \'s\'', "a\nb\r\tc", "</script><b>&amp;", "é😀\u2028\u2029\x00")
+    assert len(g.tokens) > len(odd)
+    g = replace(g, tokens=odd + g.tokens[len(odd):])
+    path = write_neuronpedia(g, tmp_path / "odd.json")
+
+    def no_constants(name):
+        raise AssertionError(f"{name} is not JSON")
+
+    data = json.loads(path.read_text(encoding="utf-8"), parse_constant=no_constants)
+    assert from_neuronpedia(data).tokens == g.tokens
+    for bad in (replace(g, meta={**g.meta, "seconds": float("nan")}), replace(g, tokens=("\ud800",) + g.tokens[1:])):
+        with pytest.raises(InterpError, match="has no Neuronpedia JSON"):
+            write_neuronpedia(bad, tmp_path / "bad.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["odd.json"]
+
+
 def test_bad_input_is_refused(llama):
     tcs = random_transcoders(llama)
     sae = replace(tcs[0], site_out=tcs[0].site_in)

@@ -103,7 +103,13 @@ def write_neuronpedia(graph: AttributionGraph, path: str | Path, *, slug: str | 
     """Write `to_neuronpedia(graph, ...)` to `path` atomically (slug: the file's stem by default)."""
     path = Path(path)
     data = to_neuronpedia(graph, slug=slug or path.stem, **kwargs)
-    return write_text_atomic(path, json.dumps(data, ensure_ascii=False))
+    try:  # strict JSON (a NaN in the graph's meta would be written as NaN, which no JSON parser reads) in UTF-8
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
+    except ValueError as err:  # UnicodeEncodeError (a lone surrogate in a token) is one too
+        raise InterpError(f"{graph!r:.80} has no Neuronpedia JSON ({str(err)[:80]}): its meta, tokens and labels must "
+                          "be finite numbers and UTF-8 strings; nothing was written") from None
+    return write_text_atomic(path, text)
 
 
 _MAX_ID = 2**62  # ids, positions and layers beyond any real model (and the int64 the graph stores them in)
