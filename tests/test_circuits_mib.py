@@ -121,6 +121,16 @@ def test_edges_mib_cannot_name_are_refused():
         to_mib(_graph(2, 3), circuit=_graph(3, 3))
 
 
+def test_a_nan_score_is_refused_not_written_as_bare_nan(tmp_path):
+    """json.dumps writes a NaN score as `NaN`, which no JSON parser (MIB's included) reads."""
+    g = _graph(2, 3)
+    scores = g.scores.clone()
+    scores[4] = float("nan")
+    with pytest.raises(InterpError, match=r"1 edge scores are not finite, e.g. .*: nan"):
+        write_mib(Graph(g.senders, g.receivers, scores, g.meta), tmp_path / "sub.json")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_graph_from_edge_attribution_exports_without_being_told_the_width():
     """eap's Graph carries the model's width in its meta, so to_mib needs no d_model=; every edge of the
     model's graph is named as MIB's loader names it."""

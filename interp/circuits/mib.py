@@ -106,6 +106,11 @@ def to_mib(graph: Graph, *, d_model: int | None = None, circuit: Graph | None = 
     circuit = graph if circuit is None else circuit
     if not isinstance(circuit, Graph) or any(circuit.meta[k] != m[k] for k in ("n_layers", "n_heads", "n_kv_heads")):
         raise InterpError("circuit must be a Graph of the same model's edges (same n_layers, n_heads, n_kv_heads)")
+    bad = (~torch.isfinite(graph.scores)).nonzero().flatten().tolist()
+    if bad:  # json.dumps would write a bare NaN, which MIB's loader (and every JSON parser) refuses
+        i = bad[0]
+        raise InterpError(f"{len(bad)} edge scores are not finite, e.g. {graph.senders[i]} -> {graph.receivers[i]}: "
+                          f"{float(graph.scores[i])}; MIB's JSON holds finite scores only")
     args = (m["n_heads"], m["n_kv_heads"])
     scores = dict(zip(zip(graph.senders, graph.receivers), graph.scores.tolist()))
     chosen = set(zip(circuit.senders, circuit.receivers))
