@@ -33,6 +33,7 @@ model's own tensors are never written):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from collections.abc import Sequence
 from typing import Callable, ClassVar, Mapping, Protocol, runtime_checkable
@@ -99,6 +100,15 @@ def _check_shape(what: str, got: Tensor, want: torch.Size, site: str) -> None:
         raise InterpError(f"{what} has shape {tuple(got.shape)} but the activation at {site} has {tuple(want)}")
 
 
+def _check_finite(what: str, t: Tensor) -> None:
+    """InterpError unless `t` is a tensor with no NaN or infinity: one would turn every logit
+    downstream into NaN, and the refusal would come far from its cause."""
+    if not isinstance(t, Tensor):
+        raise InterpError(f"{what} must be a tensor, got {type(t).__name__}")
+    if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+        raise InterpError(f"{what} holds NaN or infinity; pass finite values")
+
+
 def _index(x: int | None) -> slice | int:
     return slice(None) if x is None else x
 
@@ -121,10 +131,13 @@ class Patch(AtOneSite):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "site", hook_name(self.site, self.layer))
+        if not isinstance(self.source, Tensor):
+            raise InterpError(f"Patch source must be a tensor (another run's activation at {self.site}), "
+                              f"got {type(self.source).__name__}")
         if self.head is not None and kind_of(self.site) not in ("head", "pattern"):
             raise InterpError(f"head={self.head} needs a per-head site (z, q, k, v, pattern), not {self.site}")
         axis = position_axis(self.site)
-        if self.pos is not None and isinstance(self.source, Tensor) and self.source.ndim > axis:
+        if self.pos is not None and self.source.ndim > axis:
             object.__setattr__(self, "pos", check_position(self.pos, self.source.shape[axis], "Patch pos"))
 
     @property
@@ -333,6 +346,10 @@ class Mask(AtOneSite):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "site", hook_name(self.site, self.layer))
+        if not isinstance(self.mask, Tensor):
+            raise InterpError(f"a mask on {self.site} must be a tensor, got {type(self.mask).__name__}")
+        if not self.mask.requires_grad:  # a learned mask's gates are finite by construction: no sync per step
+            _check_finite(f"the mask on {self.site}", self.mask)
         per_head = kind_of(self.site) in ("head", "pattern")
         if per_head and self.mask.ndim not in (1, 2):
             raise InterpError(f"a mask on {self.site} is one value per head ([head], or [batch, head] per row), "
@@ -407,8 +424,15 @@ class Project(AtOneSite):
         object.__setattr__(self, "site", hook_name(self.site, self.layer))
         if self.mode not in PROJECTIONS:
             raise InterpError(f"mode={self.mode!r} is not one of {PROJECTIONS}")
+        _check_finite("Project basis", self.basis)
+        _check_finite("Project mean", self.mean)
         if self.basis.ndim != 2 or self.mean.shape != (self.basis.shape[0],):
             raise InterpError(f"basis {tuple(self.basis.shape)} must be [d, k] and mean {tuple(self.mean.shape)} [d]")
+        if self.positions is not None and (not isinstance(self.positions, Tensor) or self.positions.ndim != 1
+                                           or self.positions.dtype not in (torch.long, torch.int32)):
+            raise InterpError(f"positions must be a [batch] tensor of integer positions, one per row, got "
+                              f"{getattr(self.positions, 'dtype', type(self.positions).__name__)} "
+                              f"{tuple(getattr(self.positions, 'shape', ()))}")
 
     @property
     def first_pos(self) -> int:
@@ -422,7 +446,12 @@ class Project(AtOneSite):
         if self.positions.shape != (act.shape[0],):
             raise InterpError(f"positions {tuple(self.positions.shape)} must be one per row of the activation {tuple(act.shape)}")
         pos = self.positions.to(act.device)
-        pos = torch.where(pos < 0, pos + start + act.shape[1], pos) - start  # index into act's positions
+        end = start + act.shape[1]  # the prompt's length: a forward always runs to its last position
+        pos = torch.where(pos < 0, pos + end, pos)  # absolute positions
+        if bool(((pos < 0) | (pos >= end)).any()):  # else it would silently project nothing in those rows
+            raise InterpError(f"Project positions {self.positions.tolist()[:8]} are past the prompt: it has {end} "
+                              f"positions; pass positions in -{end}..{end - 1}")
+        pos = pos - start  # index into act's positions (negative: before a resumed forward's start, held by its cache)
         rows = torch.arange(act.shape[0], device=act.device)
         inside = (pos >= 0) & (pos < act.shape[1])  # rows whose position this forward computes
         rows, pos = rows[inside], pos[inside]
@@ -440,8 +469,7 @@ def _tensors(what: str, values: Mapping[str, Tensor]) -> dict[str, Tensor]:
         raise InterpError(f"{what} names no parameters")
     out = {}
     for name, t in values.items():
-        if not isinstance(t, Tensor):
-            raise InterpError(f"{what}[{name!r}] must be a tensor, got {type(t).__name__}")
+        _check_finite(f"{what}[{name!r}]", t)
         out[name] = t
     return out
 
@@ -455,6 +483,8 @@ class WeightDelta:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "deltas", _tensors("WeightDelta", self.deltas))
+        if isinstance(self.scale, bool) or not isinstance(self.scale, (int, float)) or not math.isfinite(self.scale):
+            raise InterpError(f"WeightDelta scale={self.scale!r} must be a finite number")
 
     @property
     def params(self) -> tuple[str, ...]:

@@ -142,3 +142,36 @@ def test_positions_outside_a_cached_forward_are_left_alone(gpt2, toks):
     proj = Project(name, basis, torch.zeros(d), "core_removed", positions=torch.tensor([1, 5]))(act, site=name, start=4)
     assert torch.equal(proj[0], act[0])  # row 0's position 1 is in the cache
     assert torch.allclose(proj[1, 1], project(act[1, 1], basis, torch.zeros(d), "core_removed"))
+
+
+def test_non_finite_values_and_positions_past_the_prompt_are_refused(gpt2, toks, unchecked):
+    """A NaN in a mask, basis or weight edit would turn every logit into NaN far from its cause, and a
+    projection position past the prompt would change nothing: each is refused, naming what was wrong."""
+    nan, d = float("nan"), gpt2.cfg.d_model
+    basis, mean = torch.linalg.qr(torch.randn(d, 2))[0], torch.zeros(d)
+    weight = dict(gpt2.named_parameters())[_mlp_weight(gpt2)]
+    with pytest.raises(InterpError, match="mask on blocks.0.attn.hook_z holds NaN"):
+        Mask("z", torch.tensor([1.0, nan, 1.0, 1.0]), layer=0)
+    with pytest.raises(InterpError, match="mask on blocks.0.hook_resid_pre holds NaN"):
+        Mask("resid_pre", torch.tensor(float("inf")), layer=0)
+    with pytest.raises(InterpError, match="Project basis holds NaN"):
+        Project("resid_pre", basis * nan, mean, layer=0)
+    with pytest.raises(InterpError, match="Project mean holds NaN"):
+        Project("resid_pre", basis, mean + float("inf"), layer=0)
+    with pytest.raises(InterpError, match="WeightDelta.* holds NaN"):
+        WeightDelta({_mlp_weight(gpt2): torch.full_like(weight, nan)})
+    with pytest.raises(InterpError, match="scale=nan must be a finite number"):
+        WeightDelta({_mlp_weight(gpt2): torch.zeros_like(weight)}, scale=nan)
+    with pytest.raises(InterpError, match="WeightMask.* holds NaN"):
+        WeightMask({_mlp_weight(gpt2): torch.full_like(weight, nan)})
+    with pytest.raises(InterpError, match="Patch source must be a tensor.*got list"):
+        Patch("resid_pre", [[0.0]], layer=0)
+    with pytest.raises(InterpError, match="positions must be a \\[batch\\] tensor of integer positions"):
+        Project("resid_pre", basis, mean, positions=torch.ones(len(toks)), layer=0)
+    n_pos = toks.shape[1]
+    past = Project("resid_pre", basis, mean, positions=torch.full((len(toks),), n_pos), layer=0)
+    with pytest.raises(InterpError, match=f"past the prompt: it has {n_pos} positions"):
+        run.logits(gpt2, toks, [past])
+    last = Project("resid_pre", basis, mean, positions=torch.full((len(toks),), n_pos - 1), layer=0)
+    from_end = Project("resid_pre", basis, mean, positions=torch.full((len(toks),), -1), layer=0)
+    assert torch.equal(run.logits(gpt2, toks, [last]), run.logits(gpt2, toks, [from_end]))  # still in range: runs
