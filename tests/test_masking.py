@@ -401,6 +401,18 @@ def test_forced_head_out_of_range(gpt2, task):
         masking.learn_mask(gpt2, task, sparsity=0.5, steps=1, force_off=[(5, 0)])
 
 
+@pytest.mark.parametrize("option", ["lr", "reg_lr", "weight_decay"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1])
+def test_bad_learning_rates_are_refused_before_the_optimizer_sees_them(gpt2, task, option, bad):
+    with pytest.raises(InterpError, match=f"{option}=.* must be a finite number >= 0"):
+        masking.learn_mask(gpt2, task, sparsity=0.5, steps=1, **{option: bad})
+
+
+def test_malformed_head_pairs_are_refused(gpt2, unchecked):
+    with pytest.raises(InterpError, match=r"heads must be a list of \(layer, head\) tuples; \(0,\) is not one"):
+        HeadMask.keeping(gpt2, [(0,)])
+
+
 def test_task_without_metric(gpt2, task):
     bad = replace(task, metric="")
     with pytest.raises(InterpError, match="no usable metric"):

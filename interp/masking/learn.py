@@ -80,7 +80,7 @@ def _unit_index(model, units: Sequence[tuple[int, int | str]], include_mlps: boo
 
 
 def _check_options(sparsities: Sequence[float], seeds: Sequence[int], sparsity_from: str, optimizer: str,
-                   warmup: float, steps: int, batch_size: int, lr: float, weight_decay: float) -> None:
+                   warmup: float, steps: int, batch_size: int, lr: float, weight_decay: float, reg_lr: float) -> None:
     if not seeds:
         raise InterpError("learn_masks needs at least one seed")
     if len(sparsities) != len(seeds):
@@ -99,6 +99,9 @@ def _check_options(sparsities: Sequence[float], seeds: Sequence[int], sparsity_f
         raise InterpError(f"warmup={warmup} must lie in [0, 1]: the fraction of steps over which the target ramps up")
     if steps < 1 or batch_size < 1:
         raise InterpError(f"steps={steps} and batch_size={batch_size} must be >= 1")
+    for name, value in (("lr", lr), ("weight_decay", weight_decay), ("reg_lr", reg_lr)):  # else torch's optimizer refuses, in its words
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < math.inf:
+            raise InterpError(f"{name}={value!r} must be a finite number >= 0")
     if optimizer == "adamw" and lr * weight_decay >= 1.0:
         raise InterpError(f"lr * weight_decay = {lr * weight_decay:g} must be < 1: AdamW multiplies log_alpha by "
                           f"(1 - lr * weight_decay) each step, which would flip its sign (use more steps or less decay)")
@@ -203,7 +206,8 @@ def learn_masks(
     seeds = list(seeds)
     sparsities = [sparsity] * len(seeds) if isinstance(sparsity, (int, float)) and not isinstance(sparsity, bool) else list(sparsity)
     r = recipe
-    _check_options(sparsities, seeds, r.sparsity_from, r.optimizer, r.warmup, r.steps, r.batch_size, r.lr, r.weight_decay)
+    _check_options(sparsities, seeds, r.sparsity_from, r.optimizer, r.warmup, r.steps, r.batch_size, r.lr, r.weight_decay,
+                   r.reg_lr)
     device = run.input_device(model)
     task = task.to(device)  # gates, rows and references all live where the model computes
     units = _Units.of(model, r.include_mlps, force_on, force_off, device)

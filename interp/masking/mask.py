@@ -12,7 +12,7 @@ from torch import Tensor
 
 from interp import run
 from interp.errors import InterpError
-from interp.sites import check_head, check_layer
+from interp.sites import check_head, check_layer, check_tuples
 from interp.interventions import Ablation, AblationStyle, Mask, Reference
 from interp.metrics import for_task
 from interp.results import Grid, result
@@ -80,7 +80,7 @@ class HeadMask:
     def keeping(cls, model, heads: Sequence[tuple[int, int]], mlps: Sequence[int] | None = None) -> HeadMask:
         """A binary mask keeping exactly these heads (and these MLPs; None leaves MLPs alone)."""
         mask = torch.zeros(model.cfg.n_layers, model.cfg.n_heads)
-        for layer, head in heads:
+        for layer, head in check_tuples(heads, 2, "heads", "(layer, head)"):
             check_head(model, layer, head)
             mask[layer, head] = 1.0
         mlp_mask = None
