@@ -87,6 +87,16 @@ def test_input_norms_match_a_cache_and_skip_padding(llama):
     assert scores.meta["examples"] == 6 and scores.meta["tokens"] == int(valid.sum())
 
 
+def test_input_norms_refuse_careless_tokens_and_chunks(llama):
+    tokens = _tokens(llama, batch=2, pos=5)
+    with pytest.raises(InterpError, match="token ids must be integers"):
+        probing.input_norms(llama, tokens.float())
+    with pytest.raises(InterpError, match="outside the model's vocabulary"):
+        probing.input_norms(llama, tokens + llama.cfg.d_vocab)
+    with pytest.raises(InterpError, match="chunk=0 must be an int >= 1"):
+        probing.input_norms(llama, tokens, chunk=0)
+
+
 def test_weights_whose_input_is_always_zero_score_zero(own_llama):
     m = own_llama
     lins = probing.linears(m)

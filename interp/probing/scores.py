@@ -24,6 +24,7 @@ from interp.errors import InterpError
 from interp import run
 from interp.hooks import hook_groups
 from interp.results import result
+from interp.sites import check_tokens
 from interp.model import name_of
 
 __all__ = ["KINDS", "Linear", "WeightScores", "fingerprint", "input_norms", "linears", "magnitude", "random_scores", "wanda"]
@@ -145,8 +146,11 @@ def input_norms(model, tokens: Tensor, *, answer_pos: Tensor | None = None, chun
 
     `answer_pos` [batch]: only positions up to each row's answer count (padding after it, and the
     answer itself, which a prompt does not contain, are left out)."""
-    if tokens.ndim != 2 or tokens.shape[0] == 0:
+    check_tokens(tokens, model=model)  # float ids or ids past the vocabulary would fail deep in the embedding
+    if tokens.ndim != 2:
         raise InterpError(f"tokens must be a non-empty [batch, pos] tensor, got shape {tuple(tokens.shape)}")
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InterpError(f"chunk={chunk!r} must be an int >= 1 (rows per forward)")
     batch, n_pos = tokens.shape
     if answer_pos is None:
         valid = torch.ones(batch, n_pos, dtype=torch.bool)
