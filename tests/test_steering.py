@@ -118,6 +118,11 @@ def test_axis_and_intervention_validation():
         Steer(_axis(), "flip", 1.0, torch.ones(2, 3))
 
 
+def test_reading_activations_of_no_prompts_is_refused(lms):
+    with pytest.raises(InterpError, match="no prompts given"):
+        st.last_activations(lms["gpt2"], [], site="resid_pre", layer=0)
+
+
 @dataclass(frozen=True)
 class _Core:  # stands in for interp.cores.Core
     basis: torch.Tensor

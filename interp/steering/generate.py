@@ -254,6 +254,8 @@ def last_activations(model, prompts: Sequence[str], *, site: str, layer: int | N
     prompts run left-padded in batches, with an attention mask and per-row position ids."""
     site = hook_name(site, layer)
     prompts = [prompts] if isinstance(prompts, str) else list(prompts)
+    if not prompts:
+        raise InterpError("no prompts given; pass a str or a non-empty list of str")
     out: list[Tensor] = []
     for start in range(0, len(prompts), batch_size):
         tokens, mask, ids = encode(model, prompts[start: start + batch_size])
