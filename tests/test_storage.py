@@ -29,3 +29,27 @@ def test_a_training_state_round_trips_without_pickle(tmp_path):
     (tmp_path / "r.safetensors").write_bytes(b"not a state")
     with pytest.raises(InterpError, match="state file"):
         load_state(tmp_path / "r.safetensors")
+
+
+def test_atomic_writes_leave_ordinary_permissions_and_nothing_on_an_interrupted_write(tmp_path):
+    """A result file gets the permissions any file written here gets (the umask's), whichever writer
+    filled it; a write interrupted mid-way (Ctrl-C) leaves neither the file nor its temp file."""
+    import os
+
+    from interp import Grid
+    from interp.files.storage import atomic_path, write_text_atomic
+
+    umask = os.umask(0o022)
+    try:
+        Grid(torch.zeros(2), ("layer",)).save(tmp_path / "g.safetensors")
+        write_text_atomic(tmp_path / "t.json", "{}")
+        with pytest.raises(KeyboardInterrupt):
+            with atomic_path(tmp_path / "half.safetensors") as tmp:
+                with open(tmp, "wb") as f:
+                    f.write(b"half of a file")
+                raise KeyboardInterrupt
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "g.safetensors").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "t.json").stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.safetensors", "t.json"]

@@ -229,11 +229,13 @@ def atomic_path(path: str | Path) -> Iterator[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file ordinary permissions
     try:
         yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        # mkstemp makes 0600, and a writer that recreates the file (safetensors' save_file) makes it
+        # 0600 again: the ordinary permissions are given once the body has written it
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
