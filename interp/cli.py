@@ -241,7 +241,9 @@ def _circuit(args: argparse.Namespace) -> int:
     from interp.circuits import faithfulness_curve
     from interp.circuits.pipeline import scores, summary, task_for, with_example
     from interp.model import load
-    from interp.files.storage import check_writable, write_text_atomic
+    from contextlib import ExitStack
+
+    from interp.files.storage import atomic_path, check_writable
 
     if args.steps < 1:
         raise InterpError(f"--steps {args.steps} must be >= 1")
@@ -255,10 +257,16 @@ def _circuit(args: argparse.Namespace) -> int:
     graph = with_example(model, task, replace(graph, meta={**graph.meta, "model": args.model}))
     curve = faithfulness_curve(model, task, graph, ablation=args.ablation, order=args.order, progress=progress)
     digest, page = summary(graph, curve), circuit_html(graph)  # everything computed before anything is written
-    graph.save(out / "graph.safetensors")
-    curve.save(out / "faithfulness.safetensors")
-    write_text_atomic(out / "faithfulness.json", json.dumps(digest, indent=2))
-    write_text_atomic(out / "circuit.html", page)
+    # the four files replace earlier ones together, once all are written: an interrupted write leaves
+    # the folder as it was, never a new graph beside an old circuit.html
+    with ExitStack() as stack:
+        graph_at, curve_at, digest_at, page_at = (
+            stack.enter_context(atomic_path(out / name))
+            for name in ("graph.safetensors", "faithfulness.safetensors", "faithfulness.json", "circuit.html"))
+        graph.save(graph_at)
+        curve.save(curve_at)
+        Path(digest_at).write_text(json.dumps(digest, indent=2), encoding="utf-8")
+        Path(page_at).write_text(page, encoding="utf-8")
     if args.json:
         print(json.dumps({**digest, "out": str(out)}))
         return 0

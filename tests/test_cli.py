@@ -188,3 +188,23 @@ def test_errors_are_one_line_with_an_exit_code_and_a_traceback_only_with_debug(m
     for argv in (["--debug", "repro", "illusions"], ["repro", "illusions", "--debug"]):
         with pytest.raises(RuntimeError, match="boom"):
             main(argv)
+
+
+def test_an_interrupted_circuit_write_leaves_the_folder_as_it_was(tmp_path, monkeypatch):
+    """The four files of `interp circuit` replace earlier ones together or not at all: Ctrl-C while
+    they are written leaves the earlier run's files whole and no new or temporary file beside them."""
+    from interp.circuits import Faithfulness
+
+    names = ("graph.safetensors", "faithfulness.safetensors", "faithfulness.json", "circuit.html")
+    out = tmp_path / "c"
+    out.mkdir()
+    for name in names:
+        (out / name).write_text(f"earlier {name}")
+
+    def interrupted(self, path):  # the graph is written by now; the curve is not
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Faithfulness, "save", interrupted)
+    assert main(["circuit", "zoo:lm-gpt2", "--method", "eap", "--n", "4", "--out", str(out), "--json"]) == 130
+    assert sorted(p.name for p in out.iterdir()) == sorted(names)
+    assert all((out / name).read_text() == f"earlier {name}" for name in names)
