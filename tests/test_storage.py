@@ -53,3 +53,18 @@ def test_atomic_writes_leave_ordinary_permissions_and_nothing_on_an_interrupted_
     assert (tmp_path / "g.safetensors").stat().st_mode & 0o777 == 0o644
     assert (tmp_path / "t.json").stat().st_mode & 0o777 == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.safetensors", "t.json"]
+
+
+def test_saving_a_model_refuses_a_folder_holding_other_files(tmp_path):
+    from interp.model.building import DEFAULT_WORDS, hf_config, hf_model_class, save_model_dir
+    from interp.tasks.base import word_tokenizer
+
+    tok = word_tokenizer(DEFAULT_WORDS)
+    cfg = hf_config("gpt2", vocab_size=len(tok), d_model=16, n_layers=1, n_heads=2)
+    model = hf_model_class("gpt2")(cfg)
+    folder = save_model_dir(model, tok, tmp_path / "m")
+    save_model_dir(model, tok, folder)  # a save over its own earlier save is fine
+    (folder / "thesis.tex").write_text("years of work")
+    with pytest.raises(InterpError, match=r"thesis\.tex.*besides a saved model"):
+        save_model_dir(model, tok, folder)
+    assert (folder / "thesis.tex").read_text() == "years of work" and (folder / "config.json").exists()

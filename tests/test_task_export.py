@@ -32,3 +32,15 @@ def test_export_refuses_a_bad_row_count_and_leaves_nothing(tmp_path):
     with pytest.raises(InterpError, match="rows=0"):
         export.write(tmp_path / "t", rows=0)
     assert not (tmp_path / "t").exists()
+
+
+def test_export_refuses_a_folder_holding_other_files_and_leaves_them(tmp_path):
+    root = export.write(tmp_path / "t", rows=2)
+    (root / "ioi" / "test.jsonl").write_text("stale\n")
+    assert export.write(root, rows=2) == root  # its own earlier files are replaced
+    assert (root / "ioi" / "test.jsonl").read_text() != "stale\n"
+    (root / "notes.txt").write_text("mine")
+    with pytest.raises(InterpError, match=r"notes\.txt.*besides task sets"):
+        export.write(root, rows=3)
+    assert (root / "notes.txt").read_text() == "mine" and len((root / "ioi" / "test.jsonl").read_text().splitlines()) == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["t"]  # no temp folder left beside it

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from interp.errors import InterpError
-from interp.files.storage import atomic_dir
+from interp.files.storage import atomic_dir, check_replaceable
 from interp.tasks.base import BOS_ID, EOS_ID, PAD_ID, word_tokenizer
 
 __all__ = ["DECODER_FAMILIES", "DEFAULT_WORDS", "FAMILIES", "build_tiny", "family_of", "hf_config", "hf_model_class",
@@ -121,7 +121,8 @@ DEFAULT_WORDS = tuple(
 
 
 def save_model_dir(model, tokenizer, directory: str | Path, extra_files: dict[str, str] | None = None) -> Path:
-    """Write an HF model + tokenizer as safetensors atomically: a temp dir renamed into place."""
+    """Write an HF model + tokenizer as safetensors atomically: a temp dir renamed into place. An
+    existing `directory` holding files this save does not write is refused, never emptied."""
     directory = Path(directory)
     with atomic_dir(directory) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
@@ -132,6 +133,7 @@ def save_model_dir(model, tokenizer, directory: str | Path, extra_files: dict[st
         cfg_path.write_text(json.dumps(tok_cfg, indent=2))
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
+        check_replaceable(directory, lambda name: (tmp / name).exists(), "a saved model")
     return directory
 
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from interp.errors import InterpError
-from interp.files.storage import atomic_dir
+from interp.files.storage import atomic_dir, check_replaceable
 from interp.tasks import SPLITS, make
 
 __all__ = ["ROWS", "write"]
@@ -27,7 +27,8 @@ def _row(task, i: int) -> dict:
 
 
 def write(root: str | Path, rows: int = ROWS, seed: int = 0) -> Path:
-    """Write every zoo task family's splits under `root` (replaced atomically) and return it."""
+    """Write every zoo task family's splits under `root` (replaced atomically; an existing `root`
+    holding anything else is refused, never emptied) and return it."""
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise InterpError(f"rows={rows!r}: pass a positive int, the examples per split")
     with atomic_dir(root) as tmp:
@@ -47,6 +48,7 @@ def write(root: str | Path, rows: int = ROWS, seed: int = 0) -> Path:
                 path.write_text("".join(json.dumps(_row(task, i)) + "\n" for i in range(len(task))), encoding="utf-8")
                 lines.append(f"| {family} | {split} | {task.metric} | {len(task)} |")
         (tmp / "README.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        check_replaceable(root, lambda name: (tmp / name).exists(), "task sets")
     return Path(root)
 
 
