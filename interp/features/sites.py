@@ -105,7 +105,7 @@ class FeatureEdit:
         object.__setattr__(self, "features", feats)
         if self.mode not in EDITS:
             raise InterpError(f"mode={self.mode!r} is not one of {EDITS}")
-        value = self.value if isinstance(self.value, Tensor) else torch.tensor(
+        value = self.value if isinstance(self.value, Tensor) else torch.tensor(  # cpu: a scalar, only checked here
             self.value if isinstance(self.value, (int, float)) and not isinstance(self.value, bool) else float("nan"))
         if not value.is_floating_point() and value.dtype not in (torch.int32, torch.int64) or not bool(torch.isfinite(value).all()):
             raise InterpError(f"value={self.value!r:.60} must be a finite number or a tensor of finite numbers")
