@@ -124,7 +124,9 @@ def check_hook_names(model, names: Sequence[str]) -> None:
 
 def check_layer(model, layer: int) -> None:
     n = model.cfg.n_layers
-    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < n:
+    if isinstance(layer, bool) or not isinstance(layer, int):
+        raise InterpError(f"layer {layer!r} must be an int, one of this model's layers 0..{n - 1}")
+    if not 0 <= layer < n:
         raise InterpError(f"layer {layer!r} is out of range: this model has layers 0..{n - 1}")
 
 
@@ -135,8 +137,10 @@ def n_kv_heads(model) -> int:
 def check_head(model, layer: int, head: int, *, kv: bool = False) -> None:
     check_layer(model, layer)
     n = n_kv_heads(model) if kv else model.cfg.n_heads
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < n:
-        what = "kv head" if kv else "head"
+    what = "kv head" if kv else "head"
+    if isinstance(head, bool) or not isinstance(head, int):
+        raise InterpError(f"{what} {head!r} must be an int, one of layer {layer}'s {what}s 0..{n - 1}")
+    if not 0 <= head < n:
         raise InterpError(f"{what} {head!r} is out of range in layer {layer}: valid {what}s are 0..{n - 1}")
 
 

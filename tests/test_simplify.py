@@ -166,6 +166,18 @@ def test_onehot_preserves_each_rows_argmax(gpt2, heads):
     torch.testing.assert_close(simp[f"blocks.{layer}.attn.hook_pattern"][0, 3], orig[f"blocks.{layer}.attn.hook_pattern"][0, 3])
 
 
+def test_head_lists_are_checked_not_coerced(unchecked):
+    from interp.simplify.simplifiers import OneHotSimplifier
+
+    assert OneHotSimplifier(heads=[(0, torch.tensor(1))]).heads == ((0, 1),)  # 0-d tensors are ints
+    with pytest.raises(InterpError, match="pairs of ints"):
+        OneHotSimplifier(heads=[(0, 1.5)])  # int() would have truncated it to head 1
+    with pytest.raises(InterpError, match="got 'all'"):
+        OneHotSimplifier(heads="all")
+    with pytest.raises(InterpError, match=r"\(0,\) is not one"):
+        OneHotSimplifier(heads=[(0,)])
+
+
 def test_onehot_is_the_identity_on_an_already_one_hot_head(dyck_model):
     tokens = S.dyck_rows(4, split="seen_struct", seed=2).tokens
     def to_self(scores, hook):  # each row attends to its own position only

@@ -65,3 +65,15 @@ def test_float_token_ids_fail_at_the_entry_point_saying_what_to_do(gpt2):
             check_tokens(bad_input)
     check_tokens(good)
     check_tokens(good.int())
+
+
+def test_layers_and_heads_of_the_wrong_type_are_named_as_such(gpt2, unchecked):
+    from interp.sites import check_head, check_layer
+
+    with pytest.raises(InterpError, match=r"layer 0\.0 must be an int"):
+        check_layer(gpt2, 0.0)
+    with pytest.raises(InterpError, match="layer 99 is out of range"):
+        check_layer(gpt2, 99)
+    with pytest.raises(InterpError, match=r"head 1\.0 must be an int"):
+        check_head(gpt2, 0, 1.0)
+    check_head(gpt2, 0, gpt2.cfg.n_heads - 1)

@@ -13,6 +13,7 @@ what it was fitted on.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ from interp.simplify.core import (
     HeadSpec, Rows, collect, fit_meta, heads_of, kmeans_centroids, kv_heads_of, nearest, onehot_scores,
     project, qk_site, svd_basis,
 )
-from interp.sites import hook_name, kv_head_of, layer_of
+from interp.sites import check_tuples, hook_name, kv_head_of, layer_of
 from interp.tasks.base import Task
 
 __all__ = [
@@ -40,10 +41,11 @@ __all__ = [
 
 
 def _pairs(value: Any, what: str) -> tuple[tuple[int, int], ...]:
-    try:
-        return tuple((int(a), int(b)) for a, b in value)
-    except (TypeError, ValueError):
-        raise InterpError(f"{what} must be (layer, head) pairs, got {value!r}") from None
+    pairs = check_tuples(value, 2, what, "(layer, head)")
+    try:  # operator.index takes numpy and 0-d torch integers but refuses 1.5 (int() would truncate it)
+        return tuple((operator.index(a), operator.index(b)) for a, b in pairs)
+    except TypeError:
+        raise InterpError(f"{what} must be (layer, head) pairs of ints, got {value!r}") from None
 
 
 def _heads_text(heads: tuple[tuple[int, int], ...]) -> str:
