@@ -111,10 +111,41 @@ def test_hub_name_without_network_fails_cleanly(monkeypatch):
         interp.load("gpt2-not-cached-anywhere")
 
 
-def test_trust_remote_code_is_off_by_default():
+def test_trust_remote_code_is_off_by_default(tiny_dirs, tmp_path):
     import inspect
+    import shutil
 
     assert inspect.signature(interp.load).parameters["trust_remote_code"].default is False
+    # a folder whose config and tokenizer config ask for code of their own: it loads as the plain
+    # architecture, and the folder's Python never runs
+    d = tmp_path / "remote"
+    shutil.copytree(tiny_dirs["gpt2"], d)
+    ran = tmp_path / "ran"
+    (d / "evil.py").write_text(f"open({str(ran)!r}, 'w').close()\nfrom transformers import GPT2Config as C, GPT2LMHeadModel as M\n")
+    for name, key, entry in (("config.json", "AutoModelForCausalLM", "evil.M"), ("tokenizer_config.json", "AutoTokenizer", ["evil.M", None])):
+        cfg = json.loads((d / name).read_text())
+        (d / name).write_text(json.dumps({**cfg, "trust_remote_code": True, "auto_map": {key: entry, "AutoConfig": "evil.C"}}))
+    model = interp.load(d)
+    assert not ran.exists() and model.cfg.n_layers == interp.load(tiny_dirs["gpt2"]).cfg.n_layers
+
+
+def test_a_folder_without_a_tokenizer_or_with_a_damaged_one_is_refused(tiny_dirs, tmp_path):
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(tiny_dirs["gpt2"], d)
+    (d / "tokenizer.json").write_text('{"version": ')  # cut short
+    with pytest.raises(interp.InterpError, match=r"cannot read the tokenizer in .*JSONDecodeError"):
+        interp.load(d)
+    (d / "tokenizer.json").unlink()  # no tokenizer at all: transformers would make an empty vocabulary
+    with pytest.raises(ModelNotFoundError, match="has no tokenizer"):
+        interp.load(d)
+
+
+def test_a_zoo_name_is_never_a_path_out_of_the_zoo():
+    for name in ("../lm-gpt2", "lm-gpt2/../lm-llama", "..", "/tmp"):
+        with pytest.raises(ModelNotFoundError, match="is not a zoo name"):
+            resolve(f"zoo:{name}")
 
 
 def test_build_tiny_rejects_bad_sizes(tmp_path):

@@ -32,6 +32,9 @@ ZOO_DIR = Path(__file__).resolve().parents[1] / "data" / "zoo"
 # Tokenizer classes that mean "use tokenizer.json as it is"; transformers 5 otherwise picks a
 # class from the model type (Qwen2Tokenizer for qwen2), which mangles a word-level vocabulary.
 _PLAIN_TOKENIZERS = {"PreTrainedTokenizerFast", "TokenizersBackend"}
+# The files a tokenizer is read from; a folder with none of them boots with an empty vocabulary
+# that maps every word to token 0, so it is refused.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
 
 
 class ModelNotFoundError(InterpError, FileNotFoundError):
@@ -97,6 +100,9 @@ def resolve(spec: str | Path) -> str:
         return str(gguf.convert(spec_str))
     if spec_str.startswith("zoo:"):
         name = spec_str[4:]
+        if "/" in name or "\\" in name or name in (".", ".."):  # a zoo name, never a path out of the zoo
+            raise ModelNotFoundError(f"zoo model {name!r} is not a zoo name (it holds '/' or is '..'); pass a local "
+                                     "folder by its path, without 'zoo:'")
         path = zoo_path(name) if name else None
         if path is None:
             have = sorted({p.name for root in zoo_dirs() if root.is_dir() for p in root.iterdir() if (p / "config.json").exists()})
@@ -135,6 +141,22 @@ def _check_local_dir(path: Path) -> None:
                 "transformers' save_pretrained(..., safe_serialization=True) in a trusted environment."
             )
         raise ModelNotFoundError(f"{path} has no *.safetensors weights")
+    if not any((path / name).is_file() for name in _TOKENIZER_FILES):  # else transformers makes an empty vocabulary
+        raise ModelNotFoundError(f"{path} has no tokenizer (none of {', '.join(_TOKENIZER_FILES)}); save one beside "
+                                 "the weights with tokenizer.save_pretrained(folder)")
+
+
+def _tokenizer(path: Path) -> tuple[Any, bool]:
+    """(the tokenizer a local folder's model boots with, whether it is the zoo's word-level one); None
+    lets transformers pick it. A damaged tokenizer file is refused by name, not a JSONDecodeError."""
+    try:
+        zoo = _local_tokenizer(path)
+        return (zoo, True) if zoo is not None else (load_cache.fast_tokenizer(path), False)
+    except InterpError:
+        raise
+    except Exception as err:
+        raise InterpError(f"cannot read the tokenizer in {path} ({type(err).__name__}: {str(err)[:120]}); pass a "
+                          "folder whose tokenizer files tokenizer.save_pretrained wrote") from None
 
 
 def _local_tokenizer(path: Path):
@@ -261,10 +283,7 @@ def load(
         load_cache.warm(local, dtype)  # the kernel reads the file ahead while the tokenizer and bridge are built
     zoo_tokenizer = False
     if local is not None:
-        tokenizer = _local_tokenizer(local)
-        zoo_tokenizer = tokenizer is not None
-        if tokenizer is None:
-            tokenizer = load_cache.fast_tokenizer(local)
+        tokenizer, zoo_tokenizer = _tokenizer(local)
         if tokenizer is not None:
             kwargs["tokenizer"] = tokenizer
     try:
