@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from interp import registry
 from interp.errors import InterpError
 from interp.features.sites import TopExamples
+from interp.views.bundle import encodable
 
 __all__ = ["FeatureDashboard", "dashboard_html", "view"]
 
@@ -84,5 +85,5 @@ def view(top: TopExamples) -> FeatureDashboard:
 def dashboard_html(top: TopExamples, *, max_features: int = 50) -> str:
     """A complete standalone HTML document of the dashboard."""
     v = FeatureDashboard(top, max_features)
-    return (f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(v.heading())}</title></head>"
-            f"<body>\n{v.html()}\n</body></html>\n")
+    return encodable(f"<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>{html.escape(v.heading())}</title></head>"
+                     f"<body>\n{v.html()}\n</body></html>\n")

@@ -35,6 +35,7 @@ import torch
 from interp import registry
 from interp.errors import InterpError
 from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
+from interp.views.bundle import encodable
 
 __all__ = ["GraphView", "examples_of", "graph_html", "view"]
 
@@ -359,4 +360,4 @@ def graph_html(graph: AttributionGraph, **kwargs: Any) -> str:
     """A complete standalone HTML document of the view (no network request of any kind)."""
     v = view(graph, **kwargs)
     head = f"<meta charset='utf-8'><title>{html.escape(v.heading())}</title>"
-    return f"<!DOCTYPE html>\n<html><head>{head}</head><body>\n{v.html()}\n</body></html>\n"
+    return encodable(f"<!DOCTYPE html>\n<html><head>{head}</head><body>\n{v.html()}\n</body></html>\n")

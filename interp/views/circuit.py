@@ -440,4 +440,4 @@ def circuit_html(graph: Graph, *, title: str | None = None, max_edges: int = 100
     head = f"<meta charset='utf-8'><title>{html.escape(v.heading())}</title>"
     if v.needs_circuitsvis:
         head += f"<script type='text/javascript'>{bundle_js.text()}</script>"
-    return f"<!DOCTYPE html>\n<html><head>{head}</head><body>\n{v.html(bundle=False)}\n</body></html>\n"
+    return bundle_js.encodable(f"<!DOCTYPE html>\n<html><head>{head}</head><body>\n{v.html(bundle=False)}\n</body></html>\n")

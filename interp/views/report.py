@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from interp.views import plot
+from interp.views.bundle import encodable
 from interp.results import Heading, write_text_atomic
 
 __all__ = ["Heading", "to_html", "write"]
@@ -77,7 +78,7 @@ def to_html(items: Iterable[Any], *, title: str = "interp report") -> str:
         head.append(f"<script type='text/javascript'>{get_plotlyjs()}</script>")
     if "circuitsvis" in needs:
         head.append(f"<script type='text/javascript'>{plot.circuitsvis_bundle()}</script>")
-    return (
+    return encodable(
         "<!DOCTYPE html>\n<html><head>" + "\n".join(head) + "</head><body>\n"
         f"<h1>{html.escape(title)}</h1>\n" + "\n".join(parts) + "\n</body></html>\n"
     )
