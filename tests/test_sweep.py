@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -127,6 +128,16 @@ def test_sweep_resumes_after_kill_9(config, tmp_path):
         (lambda c: c.replace("n = 6", 'n = "six"'), "key 'n'"),
         (lambda c: c + "\n[[experiment]]\nname='x'\nkind='path'\nmodel='/no/such/dir'\ntask='ioi'\nsplit='test'\n", "key 'models'"),
         (lambda c: c + "\nbroken = [", "not valid TOML"),
+        (lambda c: re.sub(r'models = \["([^"]+)", "[^"]+"\]', r'models = ["\1", "\1"]', c, count=1),
+         "key 'models': lists .* more than once"),
+        (lambda c: c.replace('receivers = [[1, 0, "q"], [1, 1, "k"]]', "receivers = []"), "key 'receivers': must be a non-empty"),
+        (lambda c: c.replace('receivers = [[1, 0, "q"], [1, 1, "k"]]', 'receivers = [[1.5, 0, "q"]]'), "key 'receivers'"),
+        (lambda c: c.replace('receivers = [[1, 0, "q"], [1, 1, "k"]]', 'senders = [[0, "h1"]]'), "key 'senders'"),
+        (lambda c: c.replace('positions = "named"', 'positions = "by name"', 1), "key 'positions'"),
+        (lambda c: c.replace("by_pos = true\npositions", "by_pos = false\npositions", 1), "key 'positions': applies to a by-position"),
+        (lambda c: "experiment = [1, 2]\n", "key 'experiment'"),
+        (lambda c: c + "\n[[experiment]]\nname='m'\nkind='mask'\nmodel='zoo:lm-gpt2'\ntask='ioi'\nsplit='test'\nlr=inf\n",
+         "key 'lr'"),
     ],
 )
 def test_malformed_config_fails_before_any_model_loads(edit, message, config, monkeypatch):
@@ -139,6 +150,14 @@ def test_malformed_config_fails_before_any_model_loads(edit, message, config, mo
     config.write_text(edit(config.read_text()))
     with pytest.raises(ConfigError, match=message):
         load_config(config)
+
+
+def test_a_config_that_is_not_utf8_text_or_is_a_folder_is_refused(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b'[[experiment]]\nname = "\xff"\n')
+    for path, why in ((bad, "UnicodeDecodeError"), (tmp_path, "IsADirectoryError")):
+        with pytest.raises(ConfigError, match=f"cannot read config file .*{why}"):
+            load_config(path)
 
 
 @pytest.mark.slow

@@ -84,16 +84,18 @@ def _fail(where: str, key: str, why: str) -> ConfigError:
 def _read(path: str | Path) -> list[dict[str, Any]]:
     """The [[experiment]] tables of a TOML file."""
     try:
-        raw = tomllib.loads(Path(path).read_text())
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as err:  # a folder, unreadable, or not text
+        raise ConfigError(f"cannot read config file {path} ({type(err).__name__}); pass a UTF-8 TOML file") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path} is not valid TOML: {err}") from None
     unknown_top = set(raw) - {"experiment"}
     if unknown_top:
         raise ConfigError(f"{path}: unknown top-level key(s) {sorted(unknown_top)}; experiments go in [[experiment]] tables")
     experiments = raw.get("experiment")
-    if not isinstance(experiments, list) or not experiments:
+    if not isinstance(experiments, list) or not experiments or not all(isinstance(e, dict) for e in experiments):
         raise ConfigError(f"{path}: key 'experiment': need at least one [[experiment]] table")
     return experiments
 
@@ -131,6 +133,9 @@ def _check(where: str, exp: dict[str, Any], seen: set[str]) -> dict[str, Any]:
     models = [exp["model"]] if "model" in exp else exp["models"]
     if not models or not all(isinstance(m, str) for m in models):
         raise _fail(where, "models", "must be a non-empty list of model specs")
+    twice = [m for i, m in enumerate(models) if m in models[:i]]
+    if twice:  # the same job twice: one key, one file, computed twice
+        raise _fail(where, "models", f"lists {twice[0]!r} more than once; name each model once")
     if exp["task"] not in SPLITS:
         raise _fail(where, "task", f"{exp['task']!r} is not one of {sorted(SPLITS)}")
     if exp["split"] not in SPLITS[exp["task"]]:

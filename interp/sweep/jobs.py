@@ -16,6 +16,7 @@ glossary uses the word: one of a closed set of variants.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -51,6 +52,10 @@ class JobKind:
 def _check_site(exp):
     from interp.patching import SITES
 
+    if exp.get("positions") not in (None, "index", "named", "mean"):
+        return "positions", "must be 'index', 'named' or 'mean'"
+    if exp.get("positions") is not None and not exp.get("by_pos", False):
+        return "positions", "applies to a by-position sweep; set by_pos = true too"
     return None if exp.get("site") in SITES else ("site", f"{exp.get('site')!r} is not one of {list(SITES)}")
 
 
@@ -69,16 +74,25 @@ def _check_mask(exp):
         return "sparsity", "must lie in (0, 1)"
     if exp.get("steps", 200) < 1:
         return "steps", "must be >= 1"
+    if not 0.0 < exp.get("lr", 0.2) < math.inf:
+        return "lr", "must be a finite number > 0"
     return _check_ablation(exp)
+
+
+def _heads(rows: list, size: int) -> bool:
+    """Whether `rows` is a non-empty list of [layer, head, ...] lists of `size`, layer and head ints >= 0."""
+    return bool(rows) and all(isinstance(r, list) and len(r) == size and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in r[:2]) for r in rows)
 
 
 def _check_path(exp):
     receivers = exp.get("receivers", "logits")
     if isinstance(receivers, str) and receivers != "logits":
         return "receivers", "must be 'logits' or a list of [layer, head, 'q'|'k'|'v']"
-    if isinstance(receivers, list) and not all(
-            isinstance(r, list) and len(r) == 3 and r[2] in ("q", "k", "v") for r in receivers):
-        return "receivers", "each receiver is [layer, head, 'q'|'k'|'v']"
+    if isinstance(receivers, list) and not (_heads(receivers, 3) and all(r[2] in ("q", "k", "v") for r in receivers)):
+        return "receivers", "must be a non-empty list of [layer, head, 'q'|'k'|'v'] (layer and head ints >= 0)"
+    if "senders" in exp and not _heads(exp["senders"], 2):
+        return "senders", "must be a non-empty list of [layer, head] (ints >= 0); leave it out for every head"
     return None
 
 
