@@ -317,3 +317,23 @@ def test_a_grid_damaged_on_disk_is_recomputed_with_a_note(config, tmp_path, caps
     after = _mtimes(out)
     assert [name for name in before if before[name] != after[name]] == [path.name]  # that one job reran, alone
     assert _without_seconds(second) == _without_seconds(first)
+
+
+def test_a_damaged_entry_is_recomputed_and_files_not_the_sweeps_are_kept(config, tmp_path, capsys):
+    """An entry cut short (its job still listed in results.json) is recomputed and rewritten, as its
+    note says; a file in the store's folders that is not one of its entries is left alone."""
+    out = tmp_path / "out"
+    first = run(config, out, progress=False)
+    entry = out / "entries" / f"{first['jobs'][0]['key']}.json"
+    entry.write_text(entry.read_text()[:40])
+    (out / "entries" / "notes.json").write_text("{}")
+    (out / "files" / "notes").mkdir(parents=True)
+    before = _mtimes(out)
+    capsys.readouterr()
+    second = run(config, out, progress=False)
+    assert "cut short" in capsys.readouterr().err
+    after = _mtimes(out)
+    assert [name for name in before if before[name] != after[name]] == [first["jobs"][0]["file"].split("/")[1]]
+    assert Store(out).get(first["jobs"][0]["key"]) is not None  # whole again
+    assert (out / "entries" / "notes.json").read_text() == "{}" and (out / "files" / "notes").is_dir()
+    assert _without_seconds(second) == _without_seconds(first)

@@ -182,11 +182,12 @@ def plan(experiments: list[dict[str, Any]], out: Path) -> tuple[list[Job], dict[
     before = _summary_jobs(summary_path)
     store = Store(out)
     done = {j["job"]: j for j in before if (out / j["file"]).exists()}  # folders written before the store
+    stored = set(store.keys())
     for job in jobs:
         entry = store.get(job["key"])
         if entry is not None and _grid_intact(out, job, entry):
             done[job["id"]] = entry["result"]
-        elif entry is not None:  # its grid is missing or damaged: the job runs again
+        elif job["key"] in stored:  # its entry or its grid is damaged: the job runs again, whatever results.json says
             done.pop(job["id"], None)
     pending = [job for job in jobs if job["id"] not in done]
     previous = {(j.get("experiment"), j.get("model")): j for j in before}
@@ -260,7 +261,7 @@ def run(config: str | Path, out: str | Path, *, progress: bool = True, executor:
     for file in (stale_files | before) - current:  # results of jobs whose configuration changed or left
         (out / file).unlink(missing_ok=True)
     keys = {j["key"] for j in jobs}
-    for key in set(recorder.store.keys()) - keys:
+    for key in {k for k in recorder.store.keys() if _KEY.fullmatch(k)} - keys:  # another file there is not the sweep's
         recorder.store.remove(key)
     recorder.write()
     _write_report(out, [j for j in jobs if j["id"] in recorder.done])
@@ -305,6 +306,7 @@ def _grid_intact(out: Path, job: Job, entry: dict[str, Any]) -> bool:
     return True
 
 
+_KEY = re.compile(r"[0-9a-f]{12}")  # what Store.key gives
 _GRID_FILE = re.compile(r"grids/[A-Za-z0-9_.-]+\.safetensors")
 
 
