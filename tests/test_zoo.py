@@ -87,3 +87,18 @@ def test_shipped_names_carry_their_recipes_codes(name):
     assert _name_codes(model, recipe).violation() < 1e-4
     other = next(n for n in NAMES if RECIPES[n].name_codes and n != name)
     assert _name_codes(model, RECIPES[other]).violation() > 0.1
+
+
+def test_a_user_zoo_card_lacking_what_the_list_shows_is_refused_by_name(tmp_path, monkeypatch, capsys):
+    from interp.cli import main
+    from interp.errors import InterpError
+
+    monkeypatch.setenv("INTERP_CACHE", str(tmp_path))
+    folder = tmp_path / "zoo" / "mine"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "card.json").write_text('{"name": "mine", "family": "gpt2", "task": "ioi"}')  # no sizes (it was a KeyError)
+    with pytest.raises(InterpError, match=r"mine/card.json: sizes is missing"):
+        zoo.table()
+    assert main(["zoo", "list"]) == 2
+    assert "card.json: sizes is missing" in capsys.readouterr().err

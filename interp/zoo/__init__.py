@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from interp.model import ZOO_DIR, user_zoo_dir, zoo_dirs, zoo_path
-from interp.files.validate import read_object
+from interp.files.validate import field, read_object
 
 __all__ = ["card", "entries", "table"]
 
@@ -37,11 +37,24 @@ def entries() -> list[dict[str, Any]]:
         for p in sorted(root.glob("*/card.json")):
             if not (p.parent / "config.json").exists():
                 continue
-            c = read_object(p, "a zoo model's card.json", "the folder interp zoo train wrote")
+            c = _checked(read_object(p, "a zoo model's card.json", "the folder interp zoo train wrote"), p)
             if root == user:
                 c = {**c, "zoo": "user", "path": str(p.parent)}
             found[p.parent.name] = c
     return [found[k] for k in sorted(found)]
+
+
+def _checked(c: dict[str, Any], path) -> dict[str, Any]:
+    """A card with the fields `table` reads, each of its kind (a card edited by hand or from an
+    older interp is refused by name, not a KeyError)."""
+    for key in ("name", "family", "task"):
+        field(c, key, str, path)
+    for key in ("n_layers", "d_model", "n_heads"):
+        field(field(c, "sizes", dict, path), key, int, path, where="sizes")
+    field(field(c, "training", dict, path), "seconds", float, path, where="training")
+    for split in field(c, "accuracy", dict, path, default={}):
+        field(c["accuracy"], split, float, path, where="accuracy")
+    return c
 
 
 def table() -> list[dict[str, Any]]:
