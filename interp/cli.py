@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -433,7 +434,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's flush at exit
+        return code
+    except BrokenPipeError:  # the reader left (`interp zoo list | head`): no error line, and none at exit either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a writer stopped by SIGPIPE
     except (Exception, KeyboardInterrupt) as err:
         if getattr(args, "debug", False):
             raise

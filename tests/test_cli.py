@@ -208,3 +208,13 @@ def test_an_interrupted_circuit_write_leaves_the_folder_as_it_was(tmp_path, monk
     assert main(["circuit", "zoo:lm-gpt2", "--method", "eap", "--n", "4", "--out", str(out), "--json"]) == 130
     assert sorted(p.name for p in out.iterdir()) == sorted(names)
     assert all((out / name).read_text() == f"earlier {name}" for name in names)
+
+
+def test_a_reader_that_stops_early_gets_no_error_line():
+    """`interp zoo list --json | head -1`: the pipe closes before interp writes; it exits without
+    the 'run failed: BrokenPipeError' line (or Python's 'Exception ignored' at exit)."""
+    proc = subprocess.Popen([sys.executable, "-m", "interp.cli", "zoo", "list", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # long before interp has imported and printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err
