@@ -118,7 +118,13 @@ def test_file_hash_is_remembered_and_notices_a_change(tmp_path, cache):
     first = load_cache.file_sha256(f)
     assert json.loads((cache / "hashes.json").read_text())[str(f.resolve())]["sha256"] == first
     f.write_bytes(b"abcd")
-    assert load_cache.file_sha256(f) != first
+    second = load_cache.file_sha256(f)
+    assert second != first
+    memo = json.loads((cache / "hashes.json").read_text())
+    for damaged in ({}, {"sha256": None}, {"sha256": "../" * 21 + "x"}):  # the file's size and mtime, but no sound hash: rehashed
+        entry = {k: v for k, v in memo[str(f.resolve())].items() if k != "sha256"}
+        (cache / "hashes.json").write_text(json.dumps({str(f.resolve()): {**entry, **damaged}}))
+        assert load_cache.file_sha256(f) == second
 
 
 def test_fast_tokenizer_equals_the_auto_tokenizer(tmp_path):

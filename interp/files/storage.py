@@ -411,8 +411,10 @@ def file_sha256(path: str | Path) -> str:
         memo = {}
     memo = memo if isinstance(memo, dict) else {}  # a damaged memo only costs a rehash
     entry = memo.get(str(path))
-    if isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
-        return str(entry["sha256"])
+    if (isinstance(entry, dict) and entry.get("size") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns
+            and isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64
+            and set(entry["sha256"]) <= set("0123456789abcdef")):  # else a damaged memo (it names folders): rehash
+        return entry["sha256"]
     digest = sha256_file(path)
     memo[str(path)] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
     try:  # a lost update (two writers at once) only costs a later rehash
