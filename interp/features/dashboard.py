@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from interp import registry
 from interp.errors import InterpError
 from interp.features.sites import TopExamples
-from interp.views.bundle import encodable
+from interp.files.storage import encodable
 
 __all__ = ["FeatureDashboard", "dashboard_html", "view"]
 

@@ -35,7 +35,7 @@ import torch
 from interp import registry
 from interp.errors import InterpError
 from interp.features.graph import ERROR, FEATURE, LOGIT, TOKEN, AttributionGraph
-from interp.views.bundle import encodable
+from interp.files.storage import encodable
 
 __all__ = ["GraphView", "examples_of", "graph_html", "view"]
 

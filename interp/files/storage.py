@@ -23,6 +23,7 @@ import importlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from interp.errors import InterpError
 from interp.files.validate import digest, read_safetensors, refuse, tensor, tensors_digest
 from interp.registry import declared_in
 
-__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_replaceable", "check_writable", "file_sha256", "load", "result", "save", "sha256_file", "tag_of", "write_tensors_atomic", "write_text_atomic"]
+__all__ = ["FORMAT", "atomic_dir", "atomic_path", "cache_dir", "check_replaceable", "check_writable", "encodable", "file_sha256", "load", "result", "save", "sha256_file", "tag_of", "write_tensors_atomic", "write_text_atomic"]
 
 FORMAT = "interp/2"
 _OLD_FORMATS = ("interp/1",)  # tagged by "module.Class"; read by the class name, which is its tag
@@ -302,6 +303,13 @@ def check_replaceable(folder: str | Path, own: Callable[[str], bool], what: str)
 def write_tensors_atomic(path: str | Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
     with atomic_path(path) as tmp:
         save_file(tensors, tmp, metadata=metadata)
+
+
+def encodable(text: str) -> str:
+    """`text` with each lone surrogate (a str that UTF-8 cannot encode, such as a token read from JSON
+    "\\ud800") as U+FFFD: what every whole HTML page passes through, so a page showing such a token
+    is written and displayed instead of raising UnicodeEncodeError (its embedded JSON escapes them)."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

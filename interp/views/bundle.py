@@ -1,25 +1,16 @@
 """The circuitsvis browser bundle, shared by `interp.plot`'s widgets and `interp.views.circuit`
 (neither imports the other for it): its text, a compact loader, and whether this kernel has been
-sent it yet (a notebook needs the 1.3 MB bundle once, with the first view it displays). Every whole page
-interp writes passes through `encodable`, so a token UTF-8 cannot encode never stops a report."""
+sent it yet (a notebook needs the 1.3 MB bundle once, with the first view it displays)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
-__all__ = ["SENT", "encodable", "first_view", "loader", "text", "waiting"]
+__all__ = ["SENT", "first_view", "loader", "text", "waiting"]
 
 # Whether this kernel's page already has the bundle; a dict so every holder sees one flag.
 SENT = {"sent": False}
-
-
-def encodable(page: str) -> str:
-    """`page` with each lone surrogate (a str that UTF-8 cannot encode, such as a token read from JSON
-    "\\ud800") as U+FFFD, so a page that shows one is written and displayed instead of raising
-    UnicodeEncodeError. Embedded JSON escapes them already; this is for HTML-escaped text."""
-    return re.sub("[\ud800-\udfff]", "\ufffd", page)
 
 
 def first_view(needed: bool = True) -> bool:

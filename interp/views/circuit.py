@@ -45,6 +45,7 @@ from interp.views import bundle as bundle_js  # the name `bundle` is html()'s fl
 from interp.circuits.graph import Graph, node
 from interp import registry
 from interp.errors import InterpError
+from interp.files.storage import encodable
 
 __all__ = ["CircuitView", "circuit_html", "view"]
 
@@ -440,4 +441,4 @@ def circuit_html(graph: Graph, *, title: str | None = None, max_edges: int = 100
     head = f"<meta charset='utf-8'><title>{html.escape(v.heading())}</title>"
     if v.needs_circuitsvis:
         head += f"<script type='text/javascript'>{bundle_js.text()}</script>"
-    return bundle_js.encodable(f"<!DOCTYPE html>\n<html><head>{head}</head><body>\n{v.html(bundle=False)}\n</body></html>\n")
+    return encodable(f"<!DOCTYPE html>\n<html><head>{head}</head><body>\n{v.html(bundle=False)}\n</body></html>\n")

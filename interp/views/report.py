@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from interp.views import plot
-from interp.views.bundle import encodable
+from interp.files.storage import encodable
 from interp.results import Heading, write_text_atomic
 
 __all__ = ["Heading", "to_html", "write"]
