@@ -49,6 +49,10 @@ def test_corrupt_and_truncated_files_leave_nothing_in_the_cache(tmp_path, monkey
     not_gguf.write_bytes(b"PK\x03\x04 not a gguf")
     with pytest.raises(InterpError, match="is not a GGUF file"):
         interp.load(not_gguf)
+    shouted = tmp_path / "X.GGUF"  # the suffix in capitals is still read as GGUF
+    shouted.write_bytes(not_gguf.read_bytes())
+    with pytest.raises(InterpError, match="is not a GGUF file"):
+        interp.load(shouted)
     truncated = tmp_path / "t.gguf"
     with open(gguf.real_model_file("smollm2-135m"), "rb") as f:
         truncated.write_bytes(f.read(1 << 20))

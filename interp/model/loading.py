@@ -94,7 +94,7 @@ def resolve(spec: str | Path) -> str:
     spec_str = str(spec)
     if spec_str in gguf.REAL_MODELS:
         return str(gguf.convert(gguf.real_model_file(spec_str)))
-    if spec_str.endswith(".gguf"):
+    if spec_str.lower().endswith(".gguf"):  # MODEL.GGUF too: the suffix names the format, not its case
         if not Path(spec_str).expanduser().exists():
             raise ModelNotFoundError(f"GGUF file {spec_str!r} does not exist")
         return str(gguf.convert(spec_str))
