@@ -208,7 +208,7 @@ def _doc(args: argparse.Namespace) -> int:
 
     for path, flag in ((args.json_path, "--json"), (args.doc, "--doc")):
         if not Path(path).is_file():
-            raise InterpError(f"{flag} {path}: no such file; give the study's JSON (from `interp repro {args.name} --out`) "
+            raise InterpError(f"{flag} {path}: {'a folder, not a file' if Path(path).is_dir() else 'no such file'}; give the study's JSON (from `interp repro {args.name} --out`) "
                               "and the markdown whose <!-- gen:NAME --> regions it refills")
     from interp.files.storage import check_writable
 

@@ -170,6 +170,7 @@ def test_errors_are_one_line_with_an_exit_code_and_a_traceback_only_with_debug(m
         (["repro", "illusions", "--units", str(afile / "u")], "is a file, not a folder"),
         (["doc", "steering", "--json", str(not_json), "--doc", str(doc)], "is not JSON"),
         (["doc", "steering", "--json", str(other), "--doc", str(doc)], "study illusions, not steering"),
+        (["doc", "steering", "--json", str(other), "--doc", str(tmp_path)], "a folder, not a file"),
         (["circuit", "zoo:nope", "--out", str(afile)], "is a file"),
     ]
     for argv, said in refused:
