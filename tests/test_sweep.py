@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from interp import Grid
+from interp.errors import InterpError
 from interp.sweep import ConfigError, Store, SweepError, load, load_config, run
 
 CONFIG = """
@@ -337,3 +338,18 @@ def test_a_damaged_entry_is_recomputed_and_files_not_the_sweeps_are_kept(config,
     assert Store(out).get(first["jobs"][0]["key"]) is not None  # whole again
     assert (out / "entries" / "notes.json").read_text() == "{}" and (out / "files" / "notes").is_dir()
     assert _without_seconds(second) == _without_seconds(first)
+
+
+def test_a_results_json_or_report_another_program_wrote_is_refused_not_overwritten(config, tmp_path, monkeypatch):
+    import interp.sweep as sweep
+
+    monkeypatch.setattr(sweep, "load_config", lambda c: pytest.fail("the refusal came after the config was read"))
+    for i, (name, text, said) in enumerate((("results.json", '{"accuracy": 0.9}', 'no "jobs" list'),
+                             ("results.json", "epoch,loss\n1,0.3\n", "not JSON"),
+                             ("report.html", "<p>my paper's figures</p>", "holds no sweep"))):
+        out = tmp_path / str(i)
+        out.mkdir(parents=True)
+        (out / name).write_text(text)
+        with pytest.raises(InterpError, match=said):
+            run(config, out, progress=False)
+        assert (out / name).read_text() == text and [p.name for p in out.iterdir()] == [name]

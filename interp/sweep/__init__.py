@@ -243,6 +243,7 @@ def run(config: str | Path, out: str | Path, *, progress: bool = True, executor:
     if executor == "local" and (address is not None or executor_kw):
         raise InterpError("--address and the worker options need --executor ray")
     out = check_writable(out, folder=True)  # before the config's models load, not after the first job
+    _check_sweep_folder(out)
     experiments = load_config(config)
     (out / "grids").mkdir(parents=True, exist_ok=True)
     jobs, done, pending, changed = plan(experiments, out)
@@ -308,6 +309,23 @@ def _grid_intact(out: Path, job: Job, entry: dict[str, Any]) -> bool:
 
 _KEY = re.compile(r"[0-9a-f]{12}")  # what Store.key gives
 _GRID_FILE = re.compile(r"grids/[A-Za-z0-9_.-]+\.safetensors")
+
+
+def _check_sweep_folder(out: Path) -> None:
+    """Refuse an --out whose results.json or report.html another program wrote: a sweep rewrites both.
+    Its own results.json is always a JSON object with a "jobs" list (written atomically), and its
+    report.html never stands without results.json or its grids/ folder."""
+    summary, page = out / "results.json", out / "report.html"
+    fix = f"pass a new folder for --out, or move the file out of {out}"
+    if summary.exists():
+        try:
+            data = read_json(summary, "results.json")
+        except InterpError as err:
+            raise InterpError(f"{summary} is not a sweep's results ({str(err)[:120]}); {fix}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+            raise InterpError(f"{summary} is not a sweep's results (no \"jobs\" list); {fix}")
+    elif page.exists() and not (out / "grids").is_dir():
+        raise InterpError(f"{page} is not a sweep's report (the folder holds no sweep); {fix}")
 
 
 def _summary_jobs(path: Path, *, trusted: bool = True) -> list[dict[str, Any]]:
