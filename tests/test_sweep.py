@@ -345,7 +345,7 @@ def test_a_results_json_or_report_another_program_wrote_is_refused_not_overwritt
 
     monkeypatch.setattr(sweep, "load_config", lambda c: pytest.fail("the refusal came after the config was read"))
     for i, (name, text, said) in enumerate((("results.json", '{"accuracy": 0.9}', 'no "jobs" list'),
-                             ("results.json", "epoch,loss\n1,0.3\n", "not JSON"),
+                             ("results.json", "epoch,loss\n1,0.3\n", "not readable UTF-8 JSON"),
                              ("report.html", "<p>my paper's figures</p>", "holds no sweep"))):
         out = tmp_path / str(i)
         out.mkdir(parents=True)

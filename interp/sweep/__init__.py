@@ -320,8 +320,8 @@ def _check_sweep_folder(out: Path) -> None:
     if summary.exists():
         try:
             data = read_json(summary, "results.json")
-        except InterpError as err:
-            raise InterpError(f"{summary} is not a sweep's results ({str(err)[:120]}); {fix}") from None
+        except InterpError:
+            raise InterpError(f"{summary} is not a sweep's results (not readable UTF-8 JSON); {fix}") from None
         if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
             raise InterpError(f"{summary} is not a sweep's results (no \"jobs\" list); {fix}")
     elif page.exists() and not (out / "grids").is_dir():
