@@ -22,6 +22,8 @@ each need `inputs` recorded under the earlier ones.
 
 from __future__ import annotations
 
+import math
+
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -105,9 +107,11 @@ class FeatureEdit:
         object.__setattr__(self, "features", feats)
         if self.mode not in EDITS:
             raise InterpError(f"mode={self.mode!r} is not one of {EDITS}")
-        value = self.value if isinstance(self.value, Tensor) else torch.tensor(  # cpu: a scalar, only checked here
-            self.value if isinstance(self.value, (int, float)) and not isinstance(self.value, bool) else float("nan"))
-        if not value.is_floating_point() and value.dtype not in (torch.int32, torch.int64) or not bool(torch.isfinite(value).all()):
+        if isinstance(self.value, Tensor):
+            finite = (self.value.is_floating_point() or self.value.dtype in (torch.int32, torch.int64)) and bool(torch.isfinite(self.value).all())
+        else:
+            finite = isinstance(self.value, (int, float)) and not isinstance(self.value, bool) and math.isfinite(self.value)
+        if not finite:
             raise InterpError(f"value={self.value!r:.60} must be a finite number or a tensor of finite numbers")
         if isinstance(self.value, Tensor) and self.value.ndim and self.value.shape[-1] != len(feats):
             raise InterpError(f"value has shape {tuple(self.value.shape)}; want [batch, pos, {len(feats)}] (one per feature)")
